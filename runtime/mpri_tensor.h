@@ -1,0 +1,55 @@
+/* mpri_tensor.h — internal layout of tensors and storages (not installed).
+ *
+ * A tensor is a view (dtype, shape, strides, offset in elements) on a
+ * refcounted storage. The storage carries a version counter that in-place ops
+ * bump so autograd can detect modification of tensors saved for backward.
+ * The autograd layer attaches its per-tensor metadata through `autograd` and
+ * registers a release hook (the runtime never looks inside it). */
+#ifndef MPRI_TENSOR_H
+#define MPRI_TENSOR_H
+
+#include <stdatomic.h>
+
+#include "mpirpc/tensor.h"
+
+struct mpri_autograd_meta;
+
+typedef struct mpri_storage {
+    atomic_long refcount;
+    void *data;
+    size_t nbytes;
+    int device;             /* -1 CPU, N cuda:N */
+    atomic_ulong version;   /* bumped by every in-place write */
+    void (*free_data)(void *data, int device); /* NULL: free() */
+} mpri_storage_t;
+
+struct mpr_tensor {
+    atomic_long refcount;
+    mpr_dtype_t dtype;
+    int ndim;
+    int64_t shape[MPR_MAX_DIMS];
+    int64_t strides[MPR_MAX_DIMS]; /* in elements */
+    int64_t offset;                /* in elements */
+    mpri_storage_t *storage;
+    struct mpri_autograd_meta *autograd; /* owned by the autograd layer */
+};
+
+/* New storage of `nbytes` CPU bytes (64-byte aligned), refcount 1. */
+mpri_storage_t *mpri_storage_create(size_t nbytes);
+mpri_storage_t *mpri_storage_retain(mpri_storage_t *s);
+void mpri_storage_release(mpri_storage_t *s);
+
+/* A tensor viewing `storage` (a new reference is taken). strides NULL means
+ * contiguous row-major. Checks that the view stays inside the storage. */
+mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int ndim,
+                               const int64_t *shape, const int64_t *strides, int64_t offset);
+
+/* Validates dtype/ndim/shape; returns MPR_OK or MPR_ERR_INVALID_ARG with detail
+ * naming `op`. On success *numel_out holds the element count (overflow-checked). */
+mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
+                                  const int64_t *shape, int64_t *numel_out);
+
+/* Hook the autograd layer installs to free `autograd` when a tensor dies. */
+void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_meta *meta));
+
+#endif

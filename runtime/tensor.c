@@ -1,0 +1,226 @@
+/* tensor.c — the tensor container: creation, refcounting, views on storages,
+ * contiguity, and a contiguous copy for any strided CPU tensor.
+ *
+ * Invariants: a tensor's view (offset + strides * (shape-1)) always lies inside
+ * its storage (checked when the view is made); refcounts are atomic so tensors
+ * can be shared across the progress thread, the worker pool and user threads;
+ * the live-tensor counter is exact (tests use it to detect leaks). */
+#include "mpri_tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long live_tensors;
+static void (*autograd_release_hook)(struct mpri_autograd_meta *meta);
+
+static const size_t dtype_sizes[MPR_DTYPE_COUNT] = {4, 8, 8, 4, 1};
+static const char *const dtype_names[MPR_DTYPE_COUNT] = {"float32", "float64", "int64",
+                                                         "int32", "uint8"};
+
+size_t mpr_dtype_size(mpr_dtype_t dtype) {
+    if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT) return 0;
+    return dtype_sizes[dtype];
+}
+
+const char *mpr_dtype_name(mpr_dtype_t dtype) {
+    if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT) return "?";
+    return dtype_names[dtype];
+}
+
+void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_meta *meta)) {
+    autograd_release_hook = hook;
+}
+
+mpri_storage_t *mpri_storage_create(size_t nbytes) {
+    mpri_storage_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    size_t alloc = (nbytes + 63) & ~(size_t)63;
+    s->data = aligned_alloc(64, alloc ? alloc : 64);
+    if (!s->data) {
+        free(s);
+        return NULL;
+    }
+    s->nbytes = nbytes;
+    s->device = -1;
+    atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
+    return s;
+}
+
+mpri_storage_t *mpri_storage_retain(mpri_storage_t *s) {
+    if (s) atomic_fetch_add_explicit(&s->refcount, 1, memory_order_relaxed);
+    return s;
+}
+
+void mpri_storage_release(mpri_storage_t *s) {
+    if (!s) return;
+    if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (s->free_data)
+        s->free_data(s->data, s->device);
+    else
+        free(s->data);
+    free(s);
+}
+
+mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
+                                  const int64_t *shape, int64_t *numel_out) {
+    if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: invalid dtype %d", op, (int)dtype);
+    if (ndim < 0 || ndim > MPR_MAX_DIMS)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: ndim %d outside [0, %d]", op, ndim,
+                             MPR_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape is NULL", op);
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: negative size %lld in dim %d", op,
+                                 (long long)shape[i], i);
+        if (shape[i] != 0 && numel > INT64_MAX / 16 / shape[i])
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape too large", op);
+        numel *= shape[i];
+    }
+    *numel_out = numel;
+    return MPR_OK;
+}
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int ndim,
+                               const int64_t *shape, const int64_t *strides, int64_t offset) {
+    int64_t numel;
+    if (mpri_tensor_check_shape("view", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
+    if (!storage) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "view: storage is NULL");
+        return NULL;
+    }
+    mpr_tensor_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        mpr_error_set(MPR_ERR_NOMEM, "view: out of memory");
+        return NULL;
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    if (strides)
+        for (int i = 0; i < ndim; i++) t->strides[i] = strides[i];
+    else
+        contiguous_strides(ndim, shape, t->strides);
+    t->offset = offset;
+    /* The furthest elements reached by the view must lie inside the storage. */
+    if (numel > 0) {
+        int64_t lo = offset, hi = offset;
+        for (int i = 0; i < ndim; i++) {
+            int64_t span = t->strides[i] * (shape[i] - 1);
+            if (span < 0) lo += span; else hi += span;
+        }
+        size_t esz = mpr_dtype_size(dtype);
+        if (lo < 0 || (uint64_t)(hi + 1) * esz > storage->nbytes) {
+            free(t);
+            mpr_error_set(MPR_ERR_INVALID_ARG, "view: elements [%lld, %lld] outside storage of %zu bytes",
+                          (long long)lo, (long long)hi, storage->nbytes);
+            return NULL;
+        }
+    }
+    t->storage = mpri_storage_retain(storage);
+    atomic_init(&t->refcount, 1);
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    return t;
+}
+
+mpr_tensor_t *mpr_tensor_empty(mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    int64_t numel;
+    if (mpri_tensor_check_shape("empty", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
+    mpri_storage_t *s = mpri_storage_create((size_t)numel * mpr_dtype_size(dtype));
+    if (!s) {
+        mpr_error_set(MPR_ERR_NOMEM, "empty: cannot allocate %lld elements", (long long)numel);
+        return NULL;
+    }
+    mpr_tensor_t *t = mpri_tensor_view(s, dtype, ndim, shape, NULL, 0);
+    mpri_storage_release(s);
+    return t;
+}
+
+mpr_tensor_t *mpr_tensor_retain(mpr_tensor_t *t) {
+    if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+    return t;
+}
+
+void mpr_tensor_release(mpr_tensor_t *t) {
+    if (!t) return;
+    if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (t->autograd && autograd_release_hook) autograd_release_hook(t->autograd);
+    mpri_storage_release(t->storage);
+    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    free(t);
+}
+
+int64_t mpr_tensor_live_count(void) { return atomic_load(&live_tensors); }
+
+mpr_dtype_t mpr_tensor_dtype(const mpr_tensor_t *t) { return t->dtype; }
+int mpr_tensor_ndim(const mpr_tensor_t *t) { return t->ndim; }
+const int64_t *mpr_tensor_shape(const mpr_tensor_t *t) { return t->shape; }
+const int64_t *mpr_tensor_strides(const mpr_tensor_t *t) { return t->strides; }
+int mpr_tensor_device(const mpr_tensor_t *t) { return t->storage->device; }
+
+int64_t mpr_tensor_numel(const mpr_tensor_t *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t mpr_tensor_nbytes(const mpr_tensor_t *t) {
+    return (size_t)mpr_tensor_numel(t) * mpr_dtype_size(t->dtype);
+}
+
+bool mpr_tensor_is_contiguous(const mpr_tensor_t *t) {
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect) return false;
+        expect *= t->shape[i];
+    }
+    return true;
+}
+
+void *mpr_tensor_data(const mpr_tensor_t *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)mpr_dtype_size(t->dtype);
+}
+
+/* Copy a strided CPU tensor element by element into contiguous `dst`. */
+static void copy_strided(const mpr_tensor_t *src, char *dst) {
+    size_t esz = mpr_dtype_size(src->dtype);
+    int64_t numel = mpr_tensor_numel(src);
+    int64_t idx[MPR_MAX_DIMS] = {0};
+    const char *base = (const char *)src->storage->data;
+    for (int64_t n = 0; n < numel; n++) {
+        int64_t off = src->offset;
+        for (int d = 0; d < src->ndim; d++) off += idx[d] * src->strides[d];
+        memcpy(dst + (size_t)n * esz, base + off * (int64_t)esz, esz);
+        for (int d = src->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < src->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+mpr_tensor_t *mpr_tensor_contiguous(mpr_tensor_t *t) {
+    if (!t) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "contiguous: tensor is NULL");
+        return NULL;
+    }
+    if (mpr_tensor_is_contiguous(t)) return mpr_tensor_retain(t);
+    if (t->storage->device >= 0) {
+        mpr_error_set(MPR_ERR_UNSUPPORTED, "contiguous: strided copy of a CUDA tensor is done by the autograd layer");
+        return NULL;
+    }
+    mpr_tensor_t *out = mpr_tensor_empty(t->dtype, t->ndim, t->shape);
+    if (!out) return NULL;
+    copy_strided(t, mpr_tensor_data(out));
+    return out;
+}
