@@ -1,0 +1,100 @@
+/* cpu_conv_impl.h — typed body of im2col/col2im and max_pool2d, included by
+ * cpu_conv.c once per dtype with KT and KN(name) defined. */
+
+void KN(mpri_im2col)(const KT *x, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow,
+                     KT *col) {
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t ki = 0; ki < kh; ki++)
+            for (int64_t kj = 0; kj < kw; kj++) {
+                KT *dst = col + ((c * kh + ki) * kw + kj) * oh * ow;
+                const KT *xc = x + c * H * W;
+                for (int64_t oy = 0; oy < oh; oy++) {
+                    int64_t iy = oy * sh - ph + ki;
+                    KT *d = dst + oy * ow;
+                    if (iy < 0 || iy >= H) {
+                        memset(d, 0, (size_t)ow * sizeof(KT));
+                        continue;
+                    }
+                    const KT *xr = xc + iy * W;
+                    if (sw == 1) {
+                        /* contiguous run [ox_lo, ox_hi) of valid columns, zeros around it */
+                        int64_t ox_lo = pw - kj > 0 ? pw - kj : 0;
+                        int64_t ox_hi = W + pw - kj < ow ? W + pw - kj : ow;
+                        if (ox_hi < ox_lo) ox_hi = ox_lo;
+                        for (int64_t ox = 0; ox < ox_lo; ox++) d[ox] = 0;
+                        if (ox_hi > ox_lo)
+                            memcpy(d + ox_lo, xr + ox_lo - pw + kj,
+                                   (size_t)(ox_hi - ox_lo) * sizeof(KT));
+                        for (int64_t ox = ox_hi; ox < ow; ox++) d[ox] = 0;
+                    } else {
+                        for (int64_t ox = 0; ox < ow; ox++) {
+                            int64_t ix = ox * sw - pw + kj;
+                            d[ox] = (ix >= 0 && ix < W) ? xr[ix] : 0;
+                        }
+                    }
+                }
+            }
+}
+
+void KN(mpri_col2im)(const KT *col, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,
+                     int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow,
+                     KT *gx) {
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t ki = 0; ki < kh; ki++)
+            for (int64_t kj = 0; kj < kw; kj++) {
+                const KT *src = col + ((c * kh + ki) * kw + kj) * oh * ow;
+                KT *gc = gx + c * H * W;
+                for (int64_t oy = 0; oy < oh; oy++) {
+                    int64_t iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= H) continue;
+                    const KT *s = src + oy * ow;
+                    KT *gr = gc + iy * W;
+                    for (int64_t ox = 0; ox < ow; ox++) {
+                        int64_t ix = ox * sw - pw + kj;
+                        if (ix >= 0 && ix < W) gr[ix] += s[ox];
+                    }
+                }
+            }
+}
+
+void KN(mpri_max_pool2d_fwd)(const KT *x, int64_t NC, int64_t H, int64_t W, int64_t kh,
+                             int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                             int64_t oh, int64_t ow, KT *y, int64_t *arg) {
+    for (int64_t p = 0; p < NC; p++) {
+        const KT *xp = x + p * H * W;
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++) {
+                KT best = -INFINITY;
+                int64_t bi = -1;
+                for (int64_t ki = 0; ki < kh; ki++) {
+                    int64_t iy = oy * sh - ph + ki;
+                    if (iy < 0 || iy >= H) continue;
+                    for (int64_t kj = 0; kj < kw; kj++) {
+                        int64_t ix = ox * sw - pw + kj;
+                        if (ix < 0 || ix >= W) continue;
+                        KT v = xp[iy * W + ix];
+                        /* first max wins; a nan propagates like PyTorch */
+                        if (bi < 0 || v > best || isnan(v)) {
+                            best = v;
+                            bi = iy * W + ix;
+                            if (isnan(v)) goto done;
+                        }
+                    }
+                }
+            done:
+                y[(p * oh + oy) * ow + ox] = best;
+                arg[(p * oh + oy) * ow + ox] = bi < 0 ? 0 : bi;
+            }
+    }
+}
+
+void KN(mpri_max_pool2d_bwd)(const KT *gy, const int64_t *arg, int64_t NC, int64_t H, int64_t W,
+                             int64_t oh, int64_t ow, KT *gx) {
+    for (int64_t p = 0; p < NC; p++) {
+        const KT *g = gy + p * oh * ow;
+        const int64_t *a = arg + p * oh * ow;
+        KT *gp = gx + p * H * W;
+        for (int64_t q = 0; q < oh * ow; q++) gp[a[q]] += g[q];
+    }
+}

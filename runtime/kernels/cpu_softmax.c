@@ -1,0 +1,26 @@
+/* cpu_softmax.c — CPU softmax and log_softmax along one axis of a contiguous
+ * [outer, n, inner] block, forward and backward, for f32 and f64.
+ *
+ * Invariants: numerically stable (the row max is subtracted before exp, and
+ * log_softmax is computed as x - (max + log(sum(exp(x - max))))); kernels only
+ * touch the outer*n*inner elements of their buffers and overwrite outputs. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/mpri_nn_kernels.h"
+
+#define KT float
+#define KN(name) name##_f32
+#define KEXP expf
+#define KLOG logf
+#include "cpu_softmax_impl.h"
+#undef KT
+#undef KN
+#undef KEXP
+#undef KLOG
+
+#define KT double
+#define KN(name) name##_f64
+#define KEXP exp
+#define KLOG log
+#include "cpu_softmax_impl.h"
