@@ -1,0 +1,487 @@
+/* io_safetensors.c — ordered named-tensor dicts and the .safetensors format.
+ *
+ * Format: u64 LE header length N, N bytes of JSON (padded with spaces to a
+ * multiple of 8), then the data section. Each tensor's entry gives dtype
+ * (F32/F64/I64/I32/U8), shape and data_offsets [begin, end) relative to the
+ * data section; "__metadata__" maps strings to strings.
+ *
+ * Invariants: the decoder validates the whole header before creating any
+ * tensor: the header fits in the buffer, every entry has a known dtype, a
+ * non-negative shape, offsets inside the data section whose length equals
+ * numel * itemsize, and no two entries overlap. A dict keeps insertion order
+ * and unique names; it owns one reference to every tensor it holds.
+ * copy_into checks every destination before writing any of them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpirpc/tensor_io.h"
+#include "mpri_io.h"
+#include "mpri_json.h"
+#include "mpri_tensor.h"
+
+#define MAX_HEADER_BYTES ((uint64_t)100 << 20)
+
+struct mpr_tensor_dict {
+    size_t count, cap;
+    char **names;
+    mpr_tensor_t **tensors;
+    size_t meta_count, meta_cap;
+    char **meta_keys;
+    char **meta_values;
+};
+
+mpr_tensor_dict_t *mpr_tensor_dict_create(void) {
+    mpr_tensor_dict_t *d = calloc(1, sizeof *d);
+    if (!d) mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_create: out of memory");
+    return d;
+}
+
+void mpr_tensor_dict_destroy(mpr_tensor_dict_t *d) {
+    if (!d) return;
+    for (size_t i = 0; i < d->count; i++) {
+        free(d->names[i]);
+        mpr_tensor_release(d->tensors[i]);
+    }
+    for (size_t i = 0; i < d->meta_count; i++) {
+        free(d->meta_keys[i]);
+        free(d->meta_values[i]);
+    }
+    free(d->names);
+    free(d->tensors);
+    free(d->meta_keys);
+    free(d->meta_values);
+    free(d);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c) memcpy(c, s, n);
+    return c;
+}
+
+mpr_err_t mpr_tensor_dict_set(mpr_tensor_dict_t *d, const char *name, mpr_tensor_t *t) {
+    if (!d || !name || !t) return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set: NULL argument");
+    if (!name[0]) return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set: empty name");
+    if (strcmp(name, "__metadata__") == 0)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set: the name '__metadata__' is reserved");
+    for (size_t i = 0; i < d->count; i++)
+        if (strcmp(d->names[i], name) == 0) {
+            mpr_tensor_retain(t);
+            mpr_tensor_release(d->tensors[i]);
+            d->tensors[i] = t;
+            return MPR_OK;
+        }
+    if (d->count == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 8;
+        char **names = realloc(d->names, cap * sizeof *names);
+        if (names) d->names = names;
+        mpr_tensor_t **ts = names ? realloc(d->tensors, cap * sizeof *ts) : NULL;
+        if (ts) d->tensors = ts;
+        if (!names || !ts) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set: out of memory");
+        d->cap = cap;
+    }
+    char *copy = dup_str(name);
+    if (!copy) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set: out of memory");
+    d->names[d->count] = copy;
+    d->tensors[d->count] = mpr_tensor_retain(t);
+    d->count++;
+    return MPR_OK;
+}
+
+mpr_tensor_t *mpr_tensor_dict_get(const mpr_tensor_dict_t *d, const char *name) {
+    if (!d || !name) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_get: NULL argument");
+        return NULL;
+    }
+    for (size_t i = 0; i < d->count; i++)
+        if (strcmp(d->names[i], name) == 0) return d->tensors[i];
+    mpr_error_set(MPR_ERR_NOT_FOUND, "tensor_dict_get: no tensor named '%s'", name);
+    return NULL;
+}
+
+size_t mpr_tensor_dict_count(const mpr_tensor_dict_t *d) { return d ? d->count : 0; }
+
+const char *mpr_tensor_dict_name(const mpr_tensor_dict_t *d, size_t i) {
+    return d && i < d->count ? d->names[i] : NULL;
+}
+
+mpr_tensor_t *mpr_tensor_dict_tensor(const mpr_tensor_dict_t *d, size_t i) {
+    return d && i < d->count ? d->tensors[i] : NULL;
+}
+
+mpr_err_t mpr_tensor_dict_set_meta(mpr_tensor_dict_t *d, const char *key, const char *value) {
+    if (!d || !key || !value) return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set_meta: NULL argument");
+    char *v = dup_str(value);
+    if (!v) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set_meta: out of memory");
+    for (size_t i = 0; i < d->meta_count; i++)
+        if (strcmp(d->meta_keys[i], key) == 0) {
+            free(d->meta_values[i]);
+            d->meta_values[i] = v;
+            return MPR_OK;
+        }
+    if (d->meta_count == d->meta_cap) {
+        size_t cap = d->meta_cap ? d->meta_cap * 2 : 4;
+        char **k = realloc(d->meta_keys, cap * sizeof *k);
+        if (k) d->meta_keys = k;
+        char **vs = k ? realloc(d->meta_values, cap * sizeof *vs) : NULL;
+        if (vs) d->meta_values = vs;
+        if (!k || !vs) {
+            free(v);
+            return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set_meta: out of memory");
+        }
+        d->meta_cap = cap;
+    }
+    char *k = dup_str(key);
+    if (!k) {
+        free(v);
+        return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set_meta: out of memory");
+    }
+    d->meta_keys[d->meta_count] = k;
+    d->meta_values[d->meta_count] = v;
+    d->meta_count++;
+    return MPR_OK;
+}
+
+const char *mpr_tensor_dict_get_meta(const mpr_tensor_dict_t *d, const char *key) {
+    if (!d || !key) return NULL;
+    for (size_t i = 0; i < d->meta_count; i++)
+        if (strcmp(d->meta_keys[i], key) == 0) return d->meta_values[i];
+    return NULL;
+}
+
+/* ---- encode ---- */
+
+static const char *const st_dtypes[MPR_DTYPE_COUNT] = {"F32", "F64", "I64", "I32", "U8"};
+
+mpr_err_t mpr_safetensors_encode(const mpr_tensor_dict_t *d, void **out, size_t *out_len) {
+    if (!out || !out_len) return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_encode: output pointer is NULL");
+    *out = NULL;
+    *out_len = 0;
+    if (!d) return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_encode: dict is NULL");
+    mpri_strbuf_t h = {0};
+    mpri_strbuf_append(&h, "{", 1);
+    bool first = true;
+    if (d->meta_count) {
+        mpri_strbuf_append(&h, "\"__metadata__\":{", 16);
+        for (size_t i = 0; i < d->meta_count; i++) {
+            if (i) mpri_strbuf_append(&h, ",", 1);
+            mpri_strbuf_json_string(&h, d->meta_keys[i]);
+            mpri_strbuf_append(&h, ":", 1);
+            mpri_strbuf_json_string(&h, d->meta_values[i]);
+        }
+        mpri_strbuf_append(&h, "}", 1);
+        first = false;
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < d->count; i++) {
+        const mpr_tensor_t *t = d->tensors[i];
+        if (mpr_tensor_device(t) >= 0) {
+            mpri_strbuf_fini(&h);
+            return mpr_error_set(MPR_ERR_UNSUPPORTED,
+                                 "safetensors_encode: tensor '%s' is on cuda:%d; move it to the CPU first",
+                                 d->names[i], mpr_tensor_device(t));
+        }
+        if (!first) mpri_strbuf_append(&h, ",", 1);
+        first = false;
+        mpri_strbuf_json_string(&h, d->names[i]);
+        mpri_strbuf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtypes[t->dtype]);
+        for (int k = 0; k < t->ndim; k++)
+            mpri_strbuf_printf(&h, "%s%lld", k ? "," : "", (long long)t->shape[k]);
+        uint64_t nb = mpr_tensor_nbytes(t);
+        mpri_strbuf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                           (unsigned long long)(off + nb));
+        off += nb;
+    }
+    mpri_strbuf_append(&h, "}", 1);
+    while (h.len % 8) mpri_strbuf_append(&h, " ", 1);
+    if (h.failed) {
+        mpri_strbuf_fini(&h);
+        return mpr_error_set(MPR_ERR_NOMEM, "safetensors_encode: out of memory building the header");
+    }
+    size_t len = 8 + h.len + (size_t)off;
+    unsigned char *buf = malloc(len);
+    if (!buf) {
+        mpri_strbuf_fini(&h);
+        return mpr_error_set(MPR_ERR_NOMEM, "safetensors_encode: cannot allocate %zu bytes", len);
+    }
+    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
+    memcpy(buf + 8, h.data, h.len);
+    unsigned char *data = buf + 8 + h.len;
+    for (size_t i = 0; i < d->count; i++) {
+        mpri_io_copy_out(d->tensors[i], data);
+        data += mpr_tensor_nbytes(d->tensors[i]);
+    }
+    mpri_strbuf_fini(&h);
+    *out = buf;
+    *out_len = len;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_safetensors_save(const mpr_tensor_dict_t *d, const char *path) {
+    void *buf;
+    size_t len;
+    mpr_err_t rc = mpr_safetensors_encode(d, &buf, &len);
+    if (rc != MPR_OK) return rc;
+    rc = mpri_io_write_file(path, "safetensors_save", buf, len);
+    free(buf);
+    return rc;
+}
+
+mpr_err_t mpr_safetensors_save_list(const char *path, size_t n, const char *const *names,
+                                    mpr_tensor_t *const *tensors) {
+    if (n && (!names || !tensors))
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_save_list: names or tensors is NULL");
+    mpr_tensor_dict_t *d = mpr_tensor_dict_create();
+    if (!d) return mpr_last_error_code();
+    mpr_err_t rc = MPR_OK;
+    for (size_t i = 0; i < n && rc == MPR_OK; i++) {
+        /* A repeated name would silently drop one tensor: reject it. */
+        for (size_t j = 0; j < i && names[i]; j++)
+            if (names[j] && strcmp(names[j], names[i]) == 0) {
+                rc = mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_save_list: duplicate name '%s'", names[i]);
+                break;
+            }
+        if (rc == MPR_OK) rc = mpr_tensor_dict_set(d, names[i], tensors[i]);
+    }
+    if (rc == MPR_OK) rc = mpr_safetensors_save(d, path);
+    mpr_tensor_dict_destroy(d);
+    return rc;
+}
+
+/* ---- decode ---- */
+
+typedef struct {
+    uint64_t begin, end;
+} range_t;
+
+static int range_cmp(const void *a, const void *b) {
+    const range_t *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
+}
+
+static mpr_err_t check_entry(const char *what, const char *name, const mpri_json_t *e, uint64_t data_len,
+                             mpr_dtype_t *dtype, int *ndim, int64_t *shape, range_t *r) {
+    if (e->kind != MPRI_JSON_OBJECT)
+        return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s' is not an object", what, name);
+    const mpri_json_t *dt = mpri_json_get(e, "dtype");
+    const mpri_json_t *sh = mpri_json_get(e, "shape");
+    const mpri_json_t *of = mpri_json_get(e, "data_offsets");
+    if (!dt || dt->kind != MPRI_JSON_STRING || !sh || sh->kind != MPRI_JSON_ARRAY || !of ||
+        of->kind != MPRI_JSON_ARRAY)
+        return mpr_error_set(MPR_ERR_DECODE,
+                             "%s: safetensors entry '%s' needs string 'dtype', array 'shape' and 'data_offsets'",
+                             what, name);
+    int found = -1;
+    for (int k = 0; k < MPR_DTYPE_COUNT; k++)
+        if (strcmp(dt->string, st_dtypes[k]) == 0) found = k;
+    if (found < 0)
+        return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: safetensors entry '%s' has unsupported dtype '%s'", what,
+                             name, dt->string);
+    *dtype = (mpr_dtype_t)found;
+    if (sh->count > MPR_MAX_DIMS)
+        return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: safetensors entry '%s' has %zu dims (max %d)", what, name,
+                             sh->count, MPR_MAX_DIMS);
+    *ndim = (int)sh->count;
+    for (size_t k = 0; k < sh->count; k++) {
+        const mpri_json_t *v = sh->items[k];
+        if (v->kind != MPRI_JSON_NUMBER || !v->is_int || v->integer < 0)
+            return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': shape[%zu] is not a size", what,
+                                 name, k);
+        shape[k] = v->integer;
+    }
+    int64_t numel;
+    if (mpri_tensor_check_shape(what, *dtype, *ndim, shape, &numel) != MPR_OK) return MPR_ERR_DECODE;
+    if (of->count != 2)
+        return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': data_offsets needs 2 numbers", what,
+                             name);
+    for (int k = 0; k < 2; k++)
+        if (of->items[k]->kind != MPRI_JSON_NUMBER || !of->items[k]->is_int || of->items[k]->integer < 0)
+            return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': bad data_offsets", what, name);
+    r->begin = (uint64_t)of->items[0]->integer;
+    r->end = (uint64_t)of->items[1]->integer;
+    if (r->begin > r->end || r->end > data_len)
+        return mpr_error_set(MPR_ERR_DECODE,
+                             "%s: safetensors entry '%s': data_offsets [%llu, %llu) outside the %llu data bytes "
+                             "(truncated file?)",
+                             what, name, (unsigned long long)r->begin, (unsigned long long)r->end,
+                             (unsigned long long)data_len);
+    if (r->end - r->begin != (uint64_t)numel * mpr_dtype_size(*dtype))
+        return mpr_error_set(MPR_ERR_DECODE,
+                             "%s: safetensors entry '%s': %llu data bytes for %lld elements of %s", what, name,
+                             (unsigned long long)(r->end - r->begin), (long long)numel, dt->string);
+    return MPR_OK;
+}
+
+mpr_tensor_dict_t *mpr_safetensors_decode(const void *buf, size_t len, const char *what) {
+    const unsigned char *b = buf;
+    if (!what) what = "safetensors";
+    if (!buf && len) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "%s: buffer is NULL", what);
+        return NULL;
+    }
+    if (len < 8) {
+        mpr_error_set(MPR_ERR_DECODE, "%s: not a safetensors file (shorter than 8 bytes)", what);
+        return NULL;
+    }
+    uint64_t hlen = 0;
+    for (int k = 0; k < 8; k++) hlen |= (uint64_t)b[k] << (8 * k);
+    if (hlen > MAX_HEADER_BYTES || hlen > len - 8) {
+        mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header length %llu exceeds the %zu bytes after it", what,
+                      (unsigned long long)hlen, len - 8);
+        return NULL;
+    }
+    if (hlen == 0 || b[8] != '{') {
+        mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header does not start with '{'", what);
+        return NULL;
+    }
+    mpri_json_t *root = mpri_json_parse((const char *)b + 8, (size_t)hlen, what);
+    if (!root) return NULL;
+    mpr_tensor_dict_t *d = NULL;
+    range_t *ranges = NULL;
+    if (root->kind != MPRI_JSON_OBJECT) {
+        mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header is not a JSON object", what);
+        goto out;
+    }
+    const unsigned char *data = b + 8 + hlen;
+    uint64_t data_len = len - 8 - hlen;
+    ranges = calloc(root->count + 1, sizeof *ranges);
+    d = mpr_tensor_dict_create();
+    if (!ranges || !d) {
+        mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", what);
+        goto fail;
+    }
+    /* Pass 1: validate every entry and check that no two overlap. */
+    size_t nr = 0;
+    for (size_t i = 0; i < root->count; i++) {
+        const char *name = root->keys[i];
+        const mpri_json_t *e = root->items[i];
+        if (strcmp(name, "__metadata__") == 0) {
+            if (e->kind != MPRI_JSON_OBJECT) {
+                mpr_error_set(MPR_ERR_DECODE, "%s: safetensors __metadata__ is not an object", what);
+                goto fail;
+            }
+            for (size_t k = 0; k < e->count; k++) {
+                if (e->items[k]->kind != MPRI_JSON_STRING) {
+                    mpr_error_set(MPR_ERR_DECODE, "%s: safetensors __metadata__ value '%s' is not a string", what,
+                                  e->keys[k]);
+                    goto fail;
+                }
+                if (mpr_tensor_dict_set_meta(d, e->keys[k], e->items[k]->string) != MPR_OK) goto fail;
+            }
+            continue;
+        }
+        if (!name[0]) {
+            mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry with an empty name", what);
+            goto fail;
+        }
+        mpr_dtype_t dt;
+        int ndim;
+        int64_t shape[MPR_MAX_DIMS];
+        if (check_entry(what, name, e, data_len, &dt, &ndim, shape, &ranges[nr]) != MPR_OK) goto fail;
+        nr++;
+    }
+    qsort(ranges, nr, sizeof *ranges, range_cmp);
+    for (size_t i = 1; i < nr; i++)
+        if (ranges[i].begin < ranges[i - 1].end && ranges[i].begin != ranges[i].end &&
+            ranges[i - 1].begin != ranges[i - 1].end) {
+            mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entries overlap at data byte %llu", what,
+                          (unsigned long long)ranges[i].begin);
+            goto fail;
+        }
+    /* Pass 2: create the tensors. */
+    for (size_t i = 0; i < root->count; i++) {
+        const char *name = root->keys[i];
+        if (strcmp(name, "__metadata__") == 0) continue;
+        mpr_dtype_t dt;
+        int ndim;
+        int64_t shape[MPR_MAX_DIMS];
+        range_t r;
+        if (check_entry(what, name, root->items[i], data_len, &dt, &ndim, shape, &r) != MPR_OK) goto fail;
+        mpr_tensor_t *t = mpr_tensor_empty(dt, ndim, shape);
+        if (!t) goto fail;
+        if (r.end > r.begin) memcpy(mpr_tensor_data(t), data + r.begin, (size_t)(r.end - r.begin));
+        mpr_err_t rc = mpr_tensor_dict_set(d, name, t);
+        mpr_tensor_release(t);
+        if (rc != MPR_OK) goto fail;
+    }
+    goto out;
+fail:
+    mpr_tensor_dict_destroy(d);
+    d = NULL;
+out:
+    free(ranges);
+    mpri_json_free(root);
+    return d;
+}
+
+mpr_tensor_dict_t *mpr_safetensors_load(const char *path) {
+    void *buf;
+    size_t len;
+    if (mpri_io_read_file(path, "safetensors_load", &buf, &len) != MPR_OK) return NULL;
+    mpr_tensor_dict_t *d = mpr_safetensors_decode(buf, len, path);
+    free(buf);
+    return d;
+}
+
+static void format_shape(const mpr_tensor_t *t, char *out, size_t cap) {
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < t->ndim && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+mpr_err_t mpr_tensor_dict_copy_into(const mpr_tensor_dict_t *d, size_t n, const char *const *names,
+                                    mpr_tensor_t *const *tensors, bool strict) {
+    if (!d || (n && (!names || !tensors)))
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_copy_into: NULL argument");
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i] || !tensors[i])
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_copy_into: entry %zu is NULL", i);
+        mpr_tensor_t *src = mpr_tensor_dict_get(d, names[i]);
+        if (!src)
+            return mpr_error_set(MPR_ERR_NOT_FOUND, "tensor_dict_copy_into: no tensor named '%s' in the file",
+                                 names[i]);
+        mpr_tensor_t *dst = tensors[i];
+        if (mpr_tensor_device(dst) >= 0)
+            return mpr_error_set(MPR_ERR_UNSUPPORTED, "tensor_dict_copy_into: '%s' is on cuda:%d", names[i],
+                                 mpr_tensor_device(dst));
+        if (src->dtype != dst->dtype)
+            return mpr_error_set(MPR_ERR_DTYPE, "tensor_dict_copy_into: '%s' is %s in the file, %s in the target",
+                                 names[i], mpr_dtype_name(src->dtype), mpr_dtype_name(dst->dtype));
+        bool same = src->ndim == dst->ndim;
+        for (int k = 0; same && k < src->ndim; k++) same = src->shape[k] == dst->shape[k];
+        if (!same) {
+            char a[160], b[160];
+            format_shape(src, a, sizeof a);
+            format_shape(dst, b, sizeof b);
+            return mpr_error_set(MPR_ERR_SHAPE, "tensor_dict_copy_into: '%s' has shape %s in the file, %s in the target",
+                                 names[i], a, b);
+        }
+    }
+    if (strict)
+        for (size_t k = 0; k < d->count; k++) {
+            bool used = false;
+            for (size_t i = 0; i < n && !used; i++) used = strcmp(names[i], d->names[k]) == 0;
+            if (!used)
+                return mpr_error_set(MPR_ERR_NOT_FOUND,
+                                     "tensor_dict_copy_into: file has tensor '%s' that the target does not (strict)",
+                                     d->names[k]);
+        }
+    for (size_t i = 0; i < n; i++) {
+        mpr_tensor_t *src = mpr_tensor_dict_get(d, names[i]);
+        mpri_io_copy_in(tensors[i], mpr_tensor_data(src));
+        atomic_fetch_add(&tensors[i]->storage->version, 1);
+    }
+    return MPR_OK;
+}
+
+mpr_err_t mpr_safetensors_load_into(const char *path, size_t n, const char *const *names,
+                                    mpr_tensor_t *const *tensors, bool strict) {
+    mpr_tensor_dict_t *d = mpr_safetensors_load(path);
+    if (!d) return mpr_last_error_code();
+    mpr_err_t rc = mpr_tensor_dict_copy_into(d, n, names, tensors, strict);
+    mpr_tensor_dict_destroy(d);
+    return rc;
+}

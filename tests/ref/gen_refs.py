@@ -1,0 +1,256 @@
+#!/usr/bin/python3
+"""Generate the PyTorch reference files the C tests compare against.
+
+Run from anywhere with Debian's torch (python3-torch 1.13):
+    /usr/bin/python3 tests/ref/gen_refs.py
+Writes into tests/data/ (next to this script's parent):
+  io_*.npy                 files written by numpy.save (dtypes, 0-d, Fortran order,
+                           big-endian) for test_tensor_io
+  ref_ops.safetensors      per op: inputs, output and input gradients for a fixed
+                           upstream gradient (test_ref_ops)
+  ref_<model>.safetensors  small models: weights (PyTorch names), input, output, loss
+                           and every parameter gradient (test_ref_models)
+Inputs are seeded, so reruns give identical files. Everything is float32 except
+index tensors (int64).
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(os.path.dirname(HERE), "data")
+
+_DT = {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.int32: "I32", np.uint8: "U8"}
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """Minimal safetensors writer (the `safetensors` package is not in Debian 12)."""
+    header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    for name, t in tensors.items():
+        a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+        a = np.ascontiguousarray(a)
+        dt = _DT[a.dtype.type]
+        b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def load_safetensors(path):
+    """Reader used to check files written by the C library (see check_c_file)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    inv = {v: k for k, v in _DT.items()}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, en = e["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + b:8 + n + en], dtype=inv[e["dtype"]]).reshape(e["shape"])
+    return out
+
+
+def gen_io():
+    base = np.arange(24).reshape(2, 3, 4)
+    for dt, name in [(np.float32, "f32"), (np.float64, "f64"), (np.int64, "i64"), (np.int32, "i32"),
+                     (np.uint8, "u8")]:
+        np.save(os.path.join(OUT, f"io_{name}.npy"), base.astype(dt))
+    np.save(os.path.join(OUT, "io_scalar_f64.npy"), np.float64(2.5))
+    np.save(os.path.join(OUT, "io_fortran.npy"), np.asfortranarray(base.astype(np.float32)))
+    np.save(os.path.join(OUT, "io_bigendian.npy"), base.astype(">f4"))
+
+
+# ---------------------------------------------------------------- ops
+def gen_ops():
+    g = torch.Generator().manual_seed(1234)
+
+    def r(*shape, lo=-1.0, hi=1.0):
+        return (torch.rand(*shape, generator=g) * (hi - lo) + lo).float()
+
+    out = {}
+
+    def case(name, fn, inputs, needs_grad=None):
+        """inputs: list of tensors; float ones get requires_grad unless needs_grad says otherwise."""
+        ins = []
+        for i, t in enumerate(inputs):
+            t = t.clone()
+            rg = t.is_floating_point() if needs_grad is None else needs_grad[i]
+            if rg:
+                t.requires_grad_(True)
+            ins.append(t)
+            out[f"{name}.in{i}"] = t.detach()
+        y = fn(*ins)
+        gy = r(*y.shape) if y.dim() > 0 else torch.tensor(1.0)
+        out[f"{name}.out"] = y.detach()
+        out[f"{name}.gout"] = gy
+        y.backward(gy)
+        for i, t in enumerate(ins):
+            if t.requires_grad:
+                out[f"{name}.grad{i}"] = t.grad.detach()
+
+    # elementwise (broadcasting in the binary ones)
+    case("add", torch.add, [r(3, 4), r(4)])
+    case("sub", torch.sub, [r(2, 1, 4), r(3, 1)])
+    case("mul", torch.mul, [r(3, 4), r(3, 1)])
+    case("div", torch.div, [r(3, 4), r(1, 4, lo=0.5, hi=2.0)])
+    case("neg", torch.neg, [r(3, 4)])
+    case("pow", lambda a: torch.pow(a, 3.0), [r(3, 4)])
+    case("pow_half", lambda a: torch.pow(a, 0.5), [r(3, 4, lo=0.1, hi=2.0)])
+    case("exp", torch.exp, [r(3, 4)])
+    case("log", torch.log, [r(3, 4, lo=0.1, hi=3.0)])
+    case("sqrt", torch.sqrt, [r(3, 4, lo=0.1, hi=3.0)])
+    case("abs", torch.abs, [r(3, 4)])
+    case("clamp", lambda a: torch.clamp(a, -0.5, 0.4), [r(3, 4)])
+    case("relu", torch.relu, [r(3, 4)])
+    case("tanh", torch.tanh, [r(3, 4)])
+    case("sigmoid", torch.sigmoid, [r(3, 4)])
+    case("gelu", F.gelu, [r(3, 4, lo=-3, hi=3)])
+    # reductions
+    case("sum", torch.sum, [r(3, 4)])
+    case("mean", torch.mean, [r(3, 4)])
+    case("sum_dim1", lambda a: a.sum(dim=1), [r(3, 4, 5)])
+    case("mean_dim0_keep", lambda a: a.mean(dim=0, keepdim=True), [r(3, 4)])
+    case("max_dim1", lambda a: a.max(dim=1).values, [r(3, 5)])
+    # matmul / linear
+    case("matmul", torch.matmul, [r(5, 7), r(7, 3)])
+    case("matmul_batched", torch.matmul, [r(2, 5, 7), r(2, 7, 3)])
+    case("matmul_bcast", torch.matmul, [r(2, 5, 7), r(7, 3)])
+    case("linear", F.linear, [r(6, 5), r(4, 5), r(4)])
+    # softmax family and losses
+    case("softmax", lambda a: F.softmax(a, dim=1), [r(4, 6, lo=-3, hi=3)])
+    case("log_softmax", lambda a: F.log_softmax(a, dim=1), [r(4, 6, lo=-3, hi=3)])
+    tgt = torch.randint(0, 6, (4,), generator=g)
+    case("cross_entropy", F.cross_entropy, [r(4, 6, lo=-3, hi=3), tgt])
+    case("nll_loss", F.nll_loss, [F.log_softmax(r(4, 6), dim=1).detach(), tgt])
+    case("mse_loss", F.mse_loss, [r(3, 4), r(3, 4)])
+    # embedding / indexing / joining
+    idx = torch.tensor([[0, 2, 4], [4, 1, 0]])
+    case("embedding", lambda w, i: F.embedding(i, w), [r(5, 3), idx])
+    case("index_select", lambda a, i: torch.index_select(a, 0, i), [r(5, 3), torch.tensor([4, 0, 4, 2])])
+    case("gather", lambda a, i: torch.gather(a, 1, i), [r(3, 4), torch.tensor([[0, 3], [1, 1], [2, 0]])])
+    case("cat", lambda a, b: torch.cat([a, b], dim=1), [r(2, 3), r(2, 2)])
+    case("stack", lambda a, b: torch.stack([a, b], dim=0), [r(2, 3), r(2, 3)])
+    # conv / pool
+    case("conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=1), [r(2, 3, 6, 6), r(4, 3, 3, 3), r(4)])
+    case("conv2d_s2", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=0), [r(1, 2, 7, 7), r(3, 2, 3, 3), r(3)])
+    case("max_pool2d", lambda x: F.max_pool2d(x, 2), [r(2, 3, 6, 6)])
+    save_safetensors(os.path.join(OUT, "ref_ops.safetensors"), out, {"generator": "tests/ref/gen_refs.py",
+                                                                        "torch": torch.__version__})
+
+
+# ---------------------------------------------------------------- models
+def dump_model(name, model, x, loss_fn, extra=None):
+    """Weights use PyTorch's parameter names; grads are '<param>.grad'."""
+    out = {}
+    for pname, p in model.named_parameters():
+        out[pname] = p.detach().clone()
+    for k, v in (extra or {}).items():
+        out[k] = v
+    out["input"] = x
+    y = model(x) if not isinstance(x, tuple) else model(*x)
+    if isinstance(y, tuple):
+        y = y[0]
+    loss = loss_fn(y)
+    loss.backward()
+    out["output"] = y.detach()
+    out["loss"] = loss.detach()
+    for pname, p in model.named_parameters():
+        out[pname + ".grad"] = p.grad.detach()
+    save_safetensors(os.path.join(OUT, f"ref_{name}.safetensors"), out, {"generator": "tests/ref/gen_refs.py"})
+
+
+class CNN(nn.Module):
+    """The tutorial's MNIST CNN, shrunk: conv-relu-pool, conv-relu-pool, fc."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 3 * 3, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+class EmbLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, idx):
+        return self.fc(self.emb(idx))
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(input_size=4, hidden_size=6, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.fc(y)
+
+
+def gen_models():
+    torch.manual_seed(7)
+    g = torch.Generator().manual_seed(99)
+    # MLP 12-16-10 (the fashion-mnist MLP's shape, shrunk) with cross-entropy
+    mlp = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 10))
+    x = torch.rand(5, 12, generator=g)
+    y = torch.randint(0, 10, (5,), generator=g)
+    dump_model("mlp", mlp, x, lambda o: F.cross_entropy(o, y), {"target": y})
+    # CNN on 1x12x12 images
+    cnn = CNN()
+    x = torch.rand(2, 1, 12, 12, generator=g)
+    y = torch.randint(0, 10, (2,), generator=g)
+    dump_model("cnn", cnn, x, lambda o: F.cross_entropy(o, y), {"target": y})
+    # 2-layer LSTM, batch_first, then linear; loss = mse against a fixed target
+    lstm = LSTMNet()
+    x = torch.rand(2, 5, 4, generator=g) * 2 - 1
+    t = torch.rand(2, 5, 3, generator=g)
+    dump_model("lstm", lstm, x, lambda o: F.mse_loss(o, t), {"target": t})
+    # embedding + linear with cross-entropy over the flattened tokens
+    el = EmbLinear()
+    idx = torch.randint(0, 20, (3, 4), generator=g)
+    y = torch.randint(0, 5, (12,), generator=g)
+    dump_model("emb_linear", el, idx, lambda o: F.cross_entropy(o.reshape(-1, 5), y), {"target": y})
+
+
+def check_c_file(path):
+    """Print the tensors of a safetensors file written by the C library (manual check)."""
+    for k, v in load_safetensors(path).items():
+        print(k, v.dtype, v.shape)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        check_c_file(sys.argv[2])
+        sys.exit(0)
+    os.makedirs(OUT, exist_ok=True)
+    torch.set_num_threads(1)
+    gen_io()
+    gen_ops()
+    gen_models()
+    total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
+    print(f"wrote reference files to {OUT} ({total} bytes)")
