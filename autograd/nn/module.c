@@ -1,0 +1,244 @@
+/* module.c — the generic part of nn modules: creation, parameters and their
+ * PyTorch-style dotted names, children, train/eval, zero_grad, forward
+ * dispatch and destruction.
+ *
+ * Invariants: a module owns one reference to each of its parameters and owns
+ * its children; a child has at most one parent; the flat parameter list is
+ * rebuilt on demand after any structural change (flat_valid is cleared up the
+ * parent chain), and its order is own parameters first (registration order),
+ * then each child's list prefixed by "<child name>.". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_autograd.h"
+#include "nn/mpri_nn.h"
+
+mpr_module_t *mpri_module_new(const mpri_module_vtable_t *vt) {
+    mpr_module_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", vt->kind);
+        return NULL;
+    }
+    m->vt = vt;
+    m->training = true;
+    return m;
+}
+
+mpr_err_t mpri_module_check_dtype(const char *op, mpr_dtype_t dtype) {
+    if (dtype != MPR_F32 && dtype != MPR_F64)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: parameters must be float32 or float64, got %s",
+                             op, mpr_dtype_name(dtype));
+    return MPR_OK;
+}
+
+static void invalidate(mpr_module_t *m) {
+    for (; m; m = m->parent) m->flat_valid = false;
+}
+
+static char *dupstr(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+mpr_tensor_t *mpri_module_add_param(mpr_module_t *m, const char *name, mpr_dtype_t dtype,
+                                    int ndim, const int64_t *shape, double bound, bool normal,
+                                    mpr_generator_t *gen) {
+    if (m->n_params == m->cap_params) {
+        int cap = m->cap_params ? 2 * m->cap_params : 4;
+        mpri_named_tensor_t *p = realloc(m->params, (size_t)cap * sizeof *p);
+        if (!p) {
+            mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", m->vt->kind);
+            return NULL;
+        }
+        m->params = p;
+        m->cap_params = cap;
+    }
+    mpr_tensor_t *t = mpr_tensor_empty(dtype, ndim, shape);
+    char *nm = dupstr(name);
+    if (!t || !nm) {
+        mpr_tensor_release(t);
+        free(nm);
+        if (mpr_last_error_code() == MPR_OK)
+            mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", m->vt->kind);
+        return NULL;
+    }
+    mpr_err_t e = normal ? mpr_normal_(t, 0.0, bound, gen) : mpr_uniform_(t, -bound, bound, gen);
+    if (e == MPR_OK) e = mpr_set_requires_grad(t, true);
+    if (e != MPR_OK) {
+        mpr_tensor_release(t);
+        free(nm);
+        return NULL;
+    }
+    m->params[m->n_params].name = nm;
+    m->params[m->n_params].t = t;
+    m->n_params++;
+    invalidate(m);
+    return t;
+}
+
+mpr_err_t mpri_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *child) {
+    if (!child) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: child module is NULL", m->vt->kind);
+    if (child->parent || child == m) {
+        /* not ours to destroy: it belongs to another container */
+        return mpr_error_set(MPR_ERR_STATE, "%s: module %s already has a parent", m->vt->kind,
+                             child->vt->kind);
+    }
+    if (m->n_children == m->cap_children) {
+        int cap = m->cap_children ? 2 * m->cap_children : 4;
+        mpri_named_module_t *c = realloc(m->children, (size_t)cap * sizeof *c);
+        if (!c) {
+            mpr_module_destroy(child);
+            return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", m->vt->kind);
+        }
+        m->children = c;
+        m->cap_children = cap;
+    }
+    char *nm = dupstr(name);
+    if (!nm) {
+        mpr_module_destroy(child);
+        return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", m->vt->kind);
+    }
+    m->children[m->n_children].name = nm;
+    m->children[m->n_children].m = child;
+    m->n_children++;
+    child->parent = m;
+    invalidate(m);
+    return MPR_OK;
+}
+
+static void free_flat(mpr_module_t *m) {
+    for (int i = 0; i < m->n_flat; i++) free(m->flat[i].name);
+    free(m->flat);
+    m->flat = NULL;
+    m->n_flat = 0;
+    m->flat_valid = false;
+}
+
+void mpr_module_destroy(mpr_module_t *m) {
+    if (!m) return;
+    if (m->vt->destroy) m->vt->destroy(m);
+    for (int i = 0; i < m->n_params; i++) {
+        free(m->params[i].name);
+        mpr_tensor_release(m->params[i].t);
+    }
+    free(m->params);
+    for (int i = 0; i < m->n_children; i++) {
+        free(m->children[i].name);
+        m->children[i].m->parent = NULL;
+        mpr_module_destroy(m->children[i].m);
+    }
+    free(m->children);
+    free_flat(m);
+    free(m);
+}
+
+const char *mpr_module_kind(const mpr_module_t *m) { return m ? m->vt->kind : "?"; }
+
+mpr_tensor_t *mpr_module_forward(mpr_module_t *m, mpr_tensor_t *x) {
+    if (!m) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "module forward: module is NULL");
+        return NULL;
+    }
+    if (!x) return NULL;
+    return m->vt->forward(m, x);
+}
+
+/* Counts the flat list of m (own + descendants). */
+static int count_params(const mpr_module_t *m) {
+    int n = m->n_params;
+    for (int i = 0; i < m->n_children; i++) n += count_params(m->children[i].m);
+    return n;
+}
+
+/* Appends m's parameters with `prefix` to out[*k]. */
+static mpr_err_t fill_flat(const mpr_module_t *m, const char *prefix, mpri_named_tensor_t *out,
+                           int *k) {
+    for (int i = 0; i < m->n_params; i++) {
+        size_t len = strlen(prefix) + strlen(m->params[i].name) + 1;
+        char *nm = malloc(len);
+        if (!nm) return MPR_ERR_NOMEM;
+        snprintf(nm, len, "%s%s", prefix, m->params[i].name);
+        out[*k].name = nm;
+        out[*k].t = m->params[i].t;
+        (*k)++;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        size_t len = strlen(prefix) + strlen(m->children[i].name) + 2;
+        char *pre = malloc(len);
+        if (!pre) return MPR_ERR_NOMEM;
+        snprintf(pre, len, "%s%s.", prefix, m->children[i].name);
+        mpr_err_t e = fill_flat(m->children[i].m, pre, out, k);
+        free(pre);
+        if (e != MPR_OK) return e;
+    }
+    return MPR_OK;
+}
+
+static mpr_err_t ensure_flat(mpr_module_t *m) {
+    if (m->flat_valid) return MPR_OK;
+    free_flat(m);
+    int n = count_params(m), k = 0;
+    m->flat = calloc(n ? (size_t)n : 1, sizeof *m->flat);
+    if (!m->flat) return mpr_error_set(MPR_ERR_NOMEM, "module parameters: out of memory");
+    mpr_err_t e = fill_flat(m, "", m->flat, &k);
+    m->n_flat = k;
+    if (e != MPR_OK) {
+        free_flat(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "module parameters: out of memory");
+    }
+    m->flat_valid = true;
+    return MPR_OK;
+}
+
+int mpr_module_num_parameters(mpr_module_t *m) {
+    if (!m || ensure_flat(m) != MPR_OK) return 0;
+    return m->n_flat;
+}
+
+mpr_tensor_t *mpr_module_parameter(mpr_module_t *m, int i, const char **name) {
+    if (name) *name = NULL;
+    if (!m || ensure_flat(m) != MPR_OK) return NULL;
+    if (i < 0 || i >= m->n_flat) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "module parameter: index %d out of range [0, %d)", i,
+                      m->n_flat);
+        return NULL;
+    }
+    if (name) *name = m->flat[i].name;
+    return m->flat[i].t;
+}
+
+mpr_tensor_t *mpr_module_get_parameter(mpr_module_t *m, const char *name) {
+    if (!m || !name) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "module get_parameter: NULL argument");
+        return NULL;
+    }
+    if (ensure_flat(m) != MPR_OK) return NULL;
+    for (int i = 0; i < m->n_flat; i++)
+        if (strcmp(m->flat[i].name, name) == 0) return m->flat[i].t;
+    mpr_error_set(MPR_ERR_NOT_FOUND, "%s has no parameter named '%s'", m->vt->kind, name);
+    return NULL;
+}
+
+int64_t mpr_module_parameter_numel(mpr_module_t *m) {
+    int64_t n = 0;
+    int k = mpr_module_num_parameters(m);
+    for (int i = 0; i < k; i++) n += mpr_tensor_numel(m->flat[i].t);
+    return n;
+}
+
+void mpr_module_train(mpr_module_t *m, bool training) {
+    if (!m) return;
+    m->training = training;
+    for (int i = 0; i < m->n_children; i++) mpr_module_train(m->children[i].m, training);
+}
+
+bool mpr_module_is_training(const mpr_module_t *m) { return m && m->training; }
+
+void mpr_module_zero_grad(mpr_module_t *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_params; i++) mpr_zero_grad(m->params[i].t);
+    for (int i = 0; i < m->n_children; i++) mpr_module_zero_grad(m->children[i].m);
+}

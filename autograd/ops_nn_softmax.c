@@ -1,0 +1,83 @@
+/* ops_nn_softmax.c — softmax and log_softmax along one dim, with backward.
+ *
+ * Invariants: the forward output is what backward saves (both gradients are
+ * functions of y alone: softmax dx = y (dy - <dy, y>), log_softmax
+ * dx = dy - exp(y) sum(dy)); inputs of any strides are made contiguous first;
+ * the kernels (runtime/kernels/cpu_softmax.c) are numerically stable. */
+#include "mpri_nn_ops.h"
+
+static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *gout,
+                                         mpr_tensor_t **gin, int is_log) {
+    mpr_tensor_t *y = mpri_node_saved(n, 0);
+    if (!y) return mpr_last_error_code();
+    if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
+    int dim = (int)n->iparam[0];
+    int64_t outer, inner;
+    mpri_nn_split_dims(y->ndim, y->shape, dim, &outer, &inner);
+    int64_t len = y->ndim ? y->shape[dim] : 1;
+    mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
+    mpr_tensor_t *gx = mpr_tensor_empty(y->dtype, y->ndim, y->shape);
+    if (!gy || !gx) {
+        mpr_tensor_release(gy);
+        mpr_tensor_release(gx);
+        return mpr_error_set(MPR_ERR_NOMEM, "%s backward: out of memory", n->def->name);
+    }
+    if (y->dtype == MPR_F32)
+        mpri_softmax_bwd_f32(mpr_tensor_data(y), mpr_tensor_data(gy), mpr_tensor_data(gx), outer,
+                             len, inner, is_log);
+    else
+        mpri_softmax_bwd_f64(mpr_tensor_data(y), mpr_tensor_data(gy), mpr_tensor_data(gx), outer,
+                             len, inner, is_log);
+    mpr_tensor_release(gy);
+    gin[0] = mpri_result(gx);
+    return MPR_OK;
+}
+
+static mpr_err_t softmax_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    return softmax_backward_common(n, gout, gin, 0);
+}
+static mpr_err_t log_softmax_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
+                                      mpr_tensor_t **gin) {
+    return softmax_backward_common(n, gout, gin, 1);
+}
+
+static const mpri_op_def_t softmax_def = {"softmax", softmax_backward, NULL};
+static const mpri_op_def_t log_softmax_def = {"log_softmax", log_softmax_backward, NULL};
+
+static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, int dim,
+                                    int is_log) {
+    if (!x) return NULL;
+    const char *op = def->name;
+    int d;
+    if (mpri_nn_check_float_cpu(op, x) != MPR_OK || mpri_norm_dim(op, dim, x->ndim, &d) != MPR_OK)
+        return NULL;
+    int64_t outer, inner;
+    mpri_nn_split_dims(x->ndim, x->shape, d, &outer, &inner);
+    int64_t len = x->ndim ? x->shape[d] : 1;
+    mpr_tensor_t *xc = mpr_tensor_contiguous(x);
+    if (!xc) return NULL;
+    mpr_tensor_t *y = mpr_tensor_empty(x->dtype, x->ndim, x->shape);
+    if (!y) {
+        mpr_tensor_release(xc);
+        return NULL;
+    }
+    if (x->dtype == MPR_F32)
+        mpri_softmax_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(y), outer, len, inner, is_log);
+    else
+        mpri_softmax_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(y), outer, len, inner, is_log);
+    mpr_tensor_release(xc);
+    mpri_node_t *n = mpri_record(def, 1, &x, y);
+    if (n) {
+        n->iparam[0] = d;
+        mpri_node_save(n, y);
+    }
+    return mpri_result(y);
+}
+
+mpr_tensor_t *mpr_softmax(mpr_tensor_t *x, int dim) {
+    return softmax_common(&softmax_def, x, dim, 0);
+}
+
+mpr_tensor_t *mpr_log_softmax(mpr_tensor_t *x, int dim) {
+    return softmax_common(&log_softmax_def, x, dim, 1);
+}
