@@ -94,6 +94,19 @@ mpr_err_t mpr_tensor_dict_copy_into(const mpr_tensor_dict_t *d, size_t n,
 mpr_err_t mpr_safetensors_load_into(const char *path, size_t n, const char *const *names,
                                     mpr_tensor_t *const *tensors, bool strict);
 
+/* ---- module parameters (mpirpc/nn.h) ---- */
+
+struct mpr_module;
+/* Save every named parameter of module `m` (names as its named_parameters(),
+ * e.g. "0.weight") to `path`; readable by PyTorch's load_state_dict after
+ * safetensors.torch.load_file. Borrows m. */
+mpr_err_t mpr_module_save_safetensors(struct mpr_module *m, const char *path);
+/* Copy the tensors of a .safetensors file into the parameters of `m` by name
+ * (shapes and dtypes must match; see mpr_tensor_dict_copy_into). With
+ * `strict`, file entries that are not parameters of m are an error too (as
+ * load_state_dict(strict=True)). Nothing is written unless all match. */
+mpr_err_t mpr_module_load_safetensors(struct mpr_module *m, const char *path, bool strict);
+
 #ifdef __cplusplus
 }
 #endif
