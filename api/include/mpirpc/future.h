@@ -1,0 +1,79 @@
+/* mpirpc/future.h — futures: the result of an asynchronous call.
+ *
+ * A future completes exactly once, with a value or with an error (code and
+ * message). Futures returned by mpr_rpc_async() are completed by the runtime;
+ * futures from mpr_future_create() are completed by the user with
+ * mpr_future_set_result()/mpr_future_set_error().
+ *
+ * Callbacks added with mpr_future_then() run once the future completes: in
+ * the completing thread when the user completes it, on a worker-pool thread
+ * when the runtime does (callbacks never run on the progress thread).
+ *
+ * Timeouts are in seconds; 0 (MPR_WAIT_FOREVER) waits without limit.
+ *
+ * Ownership: mpr_future_create() and mpr_future_then() return new references;
+ * release them with mpr_future_release() (NULL is a no-op). A pending future
+ * released by everyone is still completed by the runtime and then freed. */
+#ifndef MPIRPC_FUTURE_H
+#define MPIRPC_FUTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mpirpc/error.h"
+#include "mpirpc/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPR_WAIT_FOREVER 0.0
+
+typedef struct mpr_future mpr_future_t;
+
+mpr_future_t *mpr_future_create(void);
+mpr_future_t *mpr_future_retain(mpr_future_t *f);
+void mpr_future_release(mpr_future_t *f);
+
+/* Complete with a value; takes ownership of `value` (NULL means none).
+ * MPR_ERR_STATE if already completed (the value is released). */
+mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value);
+/* Complete with an error; `message` is copied (NULL: the code's text). `code`
+ * must not be MPR_OK. MPR_ERR_STATE if already completed. */
+mpr_err_t mpr_future_set_error(mpr_future_t *f, mpr_err_t code, const char *message);
+
+bool mpr_future_done(const mpr_future_t *f);
+
+/* Block until completed or `timeout_s` elapsed. Returns MPR_OK once completed
+ * (whatever the outcome), MPR_ERR_TIMEOUT if the wait timed out (the future
+ * stays pending), MPR_ERR_SHUTDOWN if the runtime shut down while it was
+ * pending. A waiting thread helps the runtime make progress. */
+mpr_err_t mpr_future_wait(mpr_future_t *f, double timeout_s);
+
+/* Wait, then return the outcome: MPR_OK with a new reference in *value, or the
+ * error code (mpr_last_error() holds the future's error message). */
+mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value);
+
+/* Outcome of a completed future (MPR_ERR_STATE if still pending). */
+mpr_err_t mpr_future_error(const mpr_future_t *f);
+/* Error message of a completed failed future; "" otherwise. Borrowed. */
+const char *mpr_future_error_message(const mpr_future_t *f);
+
+/* Callback for mpr_future_then(): `parent` is completed (borrowed). Return
+ * MPR_OK and put a new reference (or NULL for none) in *result, or return an
+ * error (its mpr_last_error() text becomes the child's message). */
+typedef mpr_err_t (*mpr_then_fn_t)(mpr_future_t *parent, void *user_data, mpr_value_t **result);
+
+/* A new future completed with what `fn` returns once `f` completes. If `f` is
+ * already complete, `fn` runs now in the calling thread. */
+mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data);
+
+/* Wait for all `n` futures (total timeout). MPR_OK once all completed;
+ * MPR_ERR_TIMEOUT / MPR_ERR_SHUTDOWN as mpr_future_wait(). Outcomes are read
+ * per future. */
+mpr_err_t mpr_future_wait_all(size_t n, mpr_future_t *const *futures, double timeout_s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,106 @@
+/* mpirpc/init.h — starting and stopping the runtime, workers, debug info.
+ *
+ * mpr_init() joins the calling rank to the mpirpc world (collective over the
+ * communicator). If MPI is not initialized, it calls
+ * MPI_Init_thread(MPI_THREAD_MULTIPLE) and mpr_shutdown() finalizes MPI. If
+ * the host program already initialized MPI, mpirpc adopts `comm` (any
+ * communicator, default MPI_COMM_WORLD), duplicates it so its traffic never
+ * meets the host's, requires MPI_THREAD_MULTIPLE, and never finalizes MPI.
+ *
+ * Worker names: letters, digits, '_', ':' and '-', 1 to 127 characters;
+ * default "worker<rank>"; gathered at init, and an invalid or duplicate name
+ * anywhere fails mpr_init on every rank with the same error. */
+#ifndef MPIRPC_INIT_H
+#define MPIRPC_INIT_H
+
+#include <mpi.h>
+#include <stdbool.h>
+
+#include "mpirpc/error.h"
+#include "mpirpc/value.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpr_init_options {
+    const char *name;         /* this rank's worker name; NULL: "worker<rank>" */
+    int num_worker_threads;   /* worker pool size; 0: 4 */
+    double rpc_timeout_s;     /* default per-call timeout; 0: none (default 60) */
+    double shutdown_timeout_s;/* graceful shutdown limit; 0: none (default 300) */
+    MPI_Comm comm;            /* communicator to adopt; MPI_COMM_NULL: MPI_COMM_WORLD */
+    int progress_thread_pu;   /* bind the progress thread to this hwloc PU; -1: no binding */
+    int *argc;                /* passed to MPI_Init_thread when mpirpc initializes MPI */
+    char ***argv;
+} mpr_init_options_t;
+
+/* Fill `opts` with the defaults. */
+void mpr_init_options_default(mpr_init_options_t *opts);
+
+/* Collective over the communicator. `opts` NULL: defaults. Errors:
+ * MPR_ERR_INVALID_ARG (bad or duplicate names, bad options),
+ * MPR_ERR_ALREADY_INITIALIZED, MPR_ERR_MPI (including an insufficient thread
+ * level, named in the detail). */
+mpr_err_t mpr_init(const mpr_init_options_t *opts);
+
+/* graceful: collective; returns once every rank called it and every request,
+ * reply and internal message anywhere has been processed (or the shutdown
+ * timeout passed: MPR_ERR_TIMEOUT, the runtime is then stopped locally and a
+ * self-initialized MPI is not finalized). Non-graceful: stops this rank now;
+ * pending futures fail with MPR_ERR_SHUTDOWN. Afterwards every API call
+ * returns MPR_ERR_SHUTDOWN. */
+mpr_err_t mpr_shutdown(bool graceful);
+
+/* True between a successful mpr_init and mpr_shutdown. */
+bool mpr_is_running(void);
+
+/* Worker lookups. MPR_ERR_NOT_FOUND for an unknown name or rank. */
+mpr_err_t mpr_get_worker_info(const char *name, mpr_worker_info_t *out);
+mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out);
+mpr_err_t mpr_get_self_worker_info(mpr_worker_info_t *out);
+/* Number of workers (0 when not running). */
+int mpr_world_size(void);
+
+/* Checks a worker name (MPR_ERR_INVALID_ARG with the reason). */
+mpr_err_t mpr_validate_worker_name(const char *name);
+
+/* Where a call goes: a worker name, a rank, or a worker info. */
+typedef struct mpr_dest {
+    enum { MPR_DEST_NAME, MPR_DEST_RANK } kind;
+    const char *name;
+    int rank;
+} mpr_dest_t;
+
+static inline mpr_dest_t mpr_to_name(const char *name) {
+    mpr_dest_t d = {MPR_DEST_NAME, name, -1};
+    return d;
+}
+static inline mpr_dest_t mpr_to_rank(int rank) {
+    mpr_dest_t d = {MPR_DEST_RANK, 0, rank};
+    return d;
+}
+static inline mpr_dest_t mpr_to_worker(const mpr_worker_info_t *w) {
+    mpr_dest_t d = {MPR_DEST_RANK, 0, w ? w->rank : -1};
+    return d;
+}
+/* Resolve to a rank (MPR_ERR_NOT_FOUND / MPR_ERR_INVALID_ARG). */
+mpr_err_t mpr_dest_rank(mpr_dest_t to, int *rank);
+
+typedef struct mpr_debug_info {
+    int rank, world_size, num_worker_threads;
+    char progress_binding[64]; /* "unbound", "PU 1 (os index 1)", or why not */
+    long pending_requests;     /* outgoing requests awaiting replies */
+    long pool_busy;            /* tasks queued or running */
+    long progress_busy;        /* incoming messages assembling, sends in flight */
+    unsigned long long msgs_sent, msgs_processed;
+    /* RRef protocol (zero until the RRef layer reports) */
+    long rref_owners, rref_users, rref_pending_users, rref_pending_children, rref_pending_futures;
+} mpr_debug_info_t;
+
+/* Snapshot of this rank's runtime counters (works after shutdown too). */
+mpr_err_t mpr_get_debug_info(mpr_debug_info_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,62 @@
+/* rpc.c — the caller side: mpr_rpc_async / mpr_rpc_sync.
+ *
+ * Invariant: mpr_rpc_async never fails silently — every problem (runtime not
+ * running, unknown destination, bad function name, unencodable arguments)
+ * completes the returned future with an error naming the call. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mpri_future.h"
+#include "mpri_registry.h"
+#include "mpri_runtime.h"
+
+static mpr_future_t *failed_future(mpr_err_t code) {
+    mpr_future_t *f = mpr_future_create();
+    if (f) mpr_future_set_error(f, code, mpr_last_error());
+    return f;
+}
+
+mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s) {
+    mpr_err_t e = mpri_check_running("rpc");
+    if (e) return failed_future(e);
+    int rank;
+    if ((e = mpr_dest_rank(to, &rank))) return failed_future(e);
+    if (!fn || !*fn || strlen(fn) > MPRI_MAX_FUNCTION_NAME) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "rpc: function name must be 1 to %d bytes", MPRI_MAX_FUNCTION_NAME);
+        return failed_future(MPR_ERR_INVALID_ARG);
+    }
+    if (args && mpr_value_kind(args) != MPR_VALUE_LIST) {
+        mpr_error_set(MPR_ERR_TYPE, "rpc '%s': arguments must be a list value (got %s)", fn,
+                      mpr_value_kind_name(mpr_value_kind(args)));
+        return failed_future(MPR_ERR_TYPE);
+    }
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_CALL);
+    m.hdr.function_id = mpri_hash_name(fn);
+    size_t len = strlen(fn);
+    mpri_buf_put_u16(&m.body, (uint16_t)len);
+    mpri_buf_put(&m.body, fn, len);
+    mpr_value_t *empty = args ? NULL : mpr_value_new_list();
+    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank);
+    mpr_value_release(empty);
+    if (e) {
+        char detail[1100];
+        snprintf(detail, sizeof detail, "%s", mpr_last_error());
+        mpri_outmsg_fini(&m);
+        mpr_error_set(e, "rpc '%s': cannot send the arguments: %s", fn, detail);
+        return failed_future(e);
+    }
+    char label[80];
+    snprintf(label, sizeof label, "rpc '%.60s'", fn);
+    return mpri_request(rank, &m, timeout_s, label);
+}
+
+mpr_err_t mpr_rpc_sync(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s,
+                       mpr_value_t **result) {
+    if (!result) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_rpc_sync: result pointer is NULL");
+    mpr_future_t *f = mpr_rpc_async(to, fn, args, timeout_s);
+    if (!f) return mpr_last_error_code();
+    mpr_err_t e = mpr_future_get(f, MPR_WAIT_FOREVER, result);
+    mpr_future_release(f);
+    return e;
+}

@@ -1,0 +1,320 @@
+/* future.c — futures: completion, callbacks, waiting.
+ *
+ * States: PENDING -> DONE, exactly once, under the future's lock; the result
+ * fields are written before `state` is released and never change afterwards,
+ * so readers that observed DONE read them without the lock.
+ * Callbacks registered while PENDING run after completion: inline for user
+ * completions, on the worker pool for runtime completions (the progress
+ * thread and pollers never run user code). Waiting spins briefly while
+ * helping the runtime progress (the waiter polls MPI itself, so on a 2-core
+ * machine no second thread has to spin for it), then sleeps on the global
+ * event with short timeouts. */
+#include "mpri_future.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_event.h"
+#include "mpri_pool.h"
+
+enum { FUTURE_PENDING = 0, FUTURE_DONE = 1 };
+
+typedef struct callback {
+    void (*fn)(mpr_future_t *f, void *arg);
+    void *arg;
+    struct callback *next;
+} callback_t;
+
+struct mpr_future {
+    atomic_long refcount;
+    atomic_int state;
+    pthread_mutex_t lock;
+    mpr_err_t code;
+    char *message;
+    mpr_value_t *value;
+    callback_t *callbacks;
+};
+
+static const mpri_wait_hooks_t *wait_hooks;
+
+void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks) { wait_hooks = hooks; }
+
+mpr_future_t *mpr_future_create(void) {
+    mpr_future_t *f = calloc(1, sizeof *f);
+    if (!f) {
+        mpr_error_set(MPR_ERR_NOMEM, "future: out of memory");
+        return NULL;
+    }
+    atomic_init(&f->refcount, 1);
+    atomic_init(&f->state, FUTURE_PENDING);
+    pthread_mutex_init(&f->lock, NULL);
+    return f;
+}
+
+mpr_future_t *mpr_future_retain(mpr_future_t *f) {
+    if (f) atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
+    return f;
+}
+
+void mpr_future_release(mpr_future_t *f) {
+    if (!f) return;
+    if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) != 1) return;
+    mpr_value_release(f->value);
+    free(f->message);
+    callback_t *cb = f->callbacks; /* only when never completed */
+    while (cb) {
+        callback_t *next = cb->next;
+        free(cb);
+        cb = next;
+    }
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+typedef struct {
+    callback_t *cb;
+    mpr_future_t *f;
+} deferred_t;
+
+static void run_deferred(void *arg) {
+    deferred_t *d = arg;
+    d->cb->fn(d->f, d->cb->arg);
+    mpr_future_release(d->f);
+    free(d->cb);
+    free(d);
+}
+
+/* Called when the pool stops before running a deferred callback: run it
+ * anyway (the future is complete; the callback must see its outcome). */
+static void drop_deferred(void *arg) { run_deferred(arg); }
+
+static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, mpr_value_t *value,
+                          bool defer) {
+    if (!f) {
+        mpr_value_release(value);
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "future is NULL");
+    }
+    pthread_mutex_lock(&f->lock);
+    if (atomic_load_explicit(&f->state, memory_order_relaxed) != FUTURE_PENDING) {
+        pthread_mutex_unlock(&f->lock);
+        mpr_value_release(value);
+        return mpr_error_set(MPR_ERR_STATE, "future already completed");
+    }
+    f->code = code;
+    if (code == MPR_OK) {
+        f->value = value ? value : mpr_value_new_none();
+    } else {
+        mpr_value_release(value);
+        f->message = strdup(message ? message : mpr_strerror(code));
+    }
+    callback_t *cbs = f->callbacks;
+    f->callbacks = NULL;
+    atomic_store_explicit(&f->state, FUTURE_DONE, memory_order_release);
+    pthread_mutex_unlock(&f->lock);
+    mpri_event_signal();
+
+    /* Callbacks were pushed in LIFO order; run them in registration order. */
+    callback_t *ordered = NULL;
+    while (cbs) {
+        callback_t *next = cbs->next;
+        cbs->next = ordered;
+        ordered = cbs;
+        cbs = next;
+    }
+    while (ordered) {
+        callback_t *cb = ordered;
+        ordered = cb->next;
+        deferred_t *d = defer ? malloc(sizeof *d) : NULL;
+        if (d) {
+            d->cb = cb;
+            d->f = mpr_future_retain(f);
+            if (mpri_pool_submit(run_deferred, drop_deferred, d) == MPR_OK) continue;
+            mpr_future_release(f);
+            free(d);
+        }
+        cb->fn(f, cb->arg);
+        free(cb);
+    }
+    return MPR_OK;
+}
+
+mpr_err_t mpri_future_complete(mpr_future_t *f, mpr_err_t code, const char *message,
+                               mpr_value_t *value) {
+    return complete(f, code, message, value, mpri_pool_running());
+}
+
+mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value) {
+    return complete(f, MPR_OK, NULL, value, false);
+}
+
+mpr_err_t mpr_future_set_error(mpr_future_t *f, mpr_err_t code, const char *message) {
+    if (code == MPR_OK)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_set_error: code must not be MPR_OK");
+    return complete(f, code, message, NULL, false);
+}
+
+bool mpr_future_done(const mpr_future_t *f) {
+    return f && atomic_load_explicit(&((mpr_future_t *)f)->state, memory_order_acquire) == FUTURE_DONE;
+}
+
+mpr_err_t mpr_future_error(const mpr_future_t *f) {
+    if (!mpr_future_done(f)) return MPR_ERR_STATE;
+    return f->code;
+}
+
+const char *mpr_future_error_message(const mpr_future_t *f) {
+    if (!mpr_future_done(f) || f->code == MPR_OK) return "";
+    return f->message;
+}
+
+mpr_value_t *mpri_future_value(const mpr_future_t *f) {
+    return mpr_future_done(f) && f->code == MPR_OK ? f->value : NULL;
+}
+
+mpr_err_t mpri_future_on_complete(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg), void *arg) {
+    callback_t *cb = malloc(sizeof *cb);
+    if (!cb) return mpr_error_set(MPR_ERR_NOMEM, "future: out of memory");
+    cb->fn = fn;
+    cb->arg = arg;
+    pthread_mutex_lock(&f->lock);
+    if (atomic_load_explicit(&f->state, memory_order_relaxed) == FUTURE_PENDING) {
+        cb->next = f->callbacks;
+        f->callbacks = cb;
+        pthread_mutex_unlock(&f->lock);
+        return MPR_OK;
+    }
+    pthread_mutex_unlock(&f->lock);
+    fn(f, arg);
+    free(cb);
+    return MPR_OK;
+}
+
+typedef struct {
+    mpr_future_t *child;
+    mpr_then_fn_t fn;
+    void *user_data;
+} then_t;
+
+static void run_then(mpr_future_t *parent, void *arg) {
+    then_t *t = arg;
+    mpr_value_t *result = NULL;
+    mpr_error_clear();
+    mpr_err_t e = t->fn(parent, t->user_data, &result);
+    if (e == MPR_OK)
+        mpr_future_set_result(t->child, result);
+    else {
+        mpr_value_release(result);
+        mpr_future_set_error(t->child, e, mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
+    }
+    mpr_future_release(t->child);
+    free(t);
+}
+
+mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data) {
+    if (!f || !fn) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_then: NULL future or callback");
+        return NULL;
+    }
+    mpr_future_t *child = mpr_future_create();
+    then_t *t = malloc(sizeof *t);
+    if (!child || !t) {
+        mpr_future_release(child);
+        free(t);
+        mpr_error_set(MPR_ERR_NOMEM, "mpr_future_then: out of memory");
+        return NULL;
+    }
+    t->child = mpr_future_retain(child);
+    t->fn = fn;
+    t->user_data = user_data;
+    if (mpri_future_on_complete(f, run_then, t) != MPR_OK) {
+        mpr_future_release(child);
+        mpr_future_release(child);
+        free(t);
+        return NULL;
+    }
+    return child;
+}
+
+#define WAIT_ACTIVE_NS 2000000 /* poll actively this long before sleeping */
+#define WAIT_SPIN_NS 20000     /* pure spinning (no yield) at the very start */
+#define WAIT_SLEEP_MAX_NS 1000000
+
+/* Wait until every future in `fs` is done. */
+static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) {
+    int64_t start = mpri_now_ns();
+    int64_t deadline = timeout_s > 0 ? start + (int64_t)(timeout_s * 1e9) : 0;
+    bool active = false;
+    size_t first_pending = 0;
+    int64_t sleep_ns = 20000;
+    mpr_err_t result = MPR_OK;
+    for (;;) {
+        while (first_pending < n && mpr_future_done(fs[first_pending])) first_pending++;
+        if (first_pending == n) break;
+        if (wait_hooks && wait_hooks->stopped()) {
+            result = mpr_error_set(MPR_ERR_SHUTDOWN, "wait: the runtime shut down while the future was pending");
+            break;
+        }
+        int64_t now = mpri_now_ns();
+        if (deadline && now >= deadline) {
+            result = mpr_error_set(MPR_ERR_TIMEOUT, "wait: timed out after %.3f s", timeout_s);
+            break;
+        }
+        /* A pool thread runs queued work while it waits (nested calls cannot
+         * exhaust the pool). It gives up the active-poller role first: the
+         * task may take long, and the progress thread must poll meanwhile. */
+        if (mpri_on_pool_thread() && mpri_pool_queued() > 0) {
+            if (active) {
+                wait_hooks->leave();
+                active = false;
+            }
+            if (mpri_pool_try_run_one()) continue;
+        }
+        if (wait_hooks && now - start < WAIT_ACTIVE_NS) {
+            if (!active) {
+                wait_hooks->enter();
+                active = true;
+            }
+            if (wait_hooks->help()) continue;
+            if (now - start < WAIT_SPIN_NS)
+                mpri_cpu_relax();
+            else
+                sched_yield();
+            continue;
+        }
+        if (active) {
+            wait_hooks->leave();
+            active = false;
+        }
+        uint64_t gen = mpri_event_generation();
+        if (mpr_future_done(fs[first_pending])) continue;
+        int64_t t = sleep_ns;
+        if (deadline && deadline - now < t) t = deadline - now;
+        mpri_event_wait(gen, t);
+        if (sleep_ns < WAIT_SLEEP_MAX_NS) sleep_ns *= 2;
+    }
+    if (active) wait_hooks->leave();
+    return result;
+}
+
+mpr_err_t mpr_future_wait(mpr_future_t *f, double timeout_s) {
+    if (!f) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_wait: future is NULL");
+    if (mpr_future_done(f)) return MPR_OK;
+    return wait_many(1, &f, timeout_s);
+}
+
+mpr_err_t mpr_future_wait_all(size_t n, mpr_future_t *const *futures, double timeout_s) {
+    for (size_t i = 0; i < n; i++)
+        if (!futures[i]) return mpr_error_set(MPR_ERR_INVALID_ARG, "wait_all: future %zu is NULL", i);
+    return wait_many(n, futures, timeout_s);
+}
+
+mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value) {
+    mpr_err_t e = mpr_future_wait(f, timeout_s);
+    if (e) return e;
+    if (f->code != MPR_OK) return mpr_error_set(f->code, "%s", f->message);
+    *value = mpr_value_retain(f->value);
+    return MPR_OK;
+}

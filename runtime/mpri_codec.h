@@ -1,0 +1,44 @@
+/* mpri_codec.h — value <-> bytes, with tensor data kept out of the bytes
+ * (not installed).
+ *
+ * A value encodes to a compact byte string in which each tensor is only an
+ * index into a tensor list; the list's tensors travel as separate messages
+ * straight from/into their storage. The tensor descriptors (dtype, shape)
+ * are encoded separately so a receiver can allocate storage and post the data
+ * receives before it decodes the value itself. */
+#ifndef MPRI_CODEC_H
+#define MPRI_CODEC_H
+
+#include "mpri_buf.h"
+#include "mpri_value.h"
+
+#define MPRI_MAX_VALUE_DEPTH 64
+#define MPRI_MAX_TENSOR_BYTES ((size_t)0x7fffffff) /* one MPI message per tensor */
+
+typedef struct mpri_tensor_list {
+    mpr_tensor_t **items;    /* contiguous CPU tensors to send, one reference each */
+    const mpr_tensor_t **orig; /* the tensors the value named (for de-duplication) */
+    uint32_t len, cap;
+} mpri_tensor_list_t;
+
+void mpri_tensor_list_init(mpri_tensor_list_t *l);
+/* Releases the tensors. */
+void mpri_tensor_list_fini(mpri_tensor_list_t *l);
+
+/* Append the encoding of `v` to `out`, adding its tensors to `tensors`.
+ * `dst_rank` is where the value goes (RRef values need it). */
+mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_list_t *tensors,
+                            int dst_rank);
+
+/* Descriptors of `tensors` (dtype, ndim, shape each). */
+void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out);
+/* Read `count` descriptors and allocate an empty CPU tensor for each into
+ * out[0..count). On failure no tensor is left allocated. */
+mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out);
+
+/* Decode one value; tensor indices refer to tensors[0..ntensors) (borrowed;
+ * the value takes its own references). New reference in *out. */
+mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
+                            int src_rank, mpr_value_t **out);
+
+#endif

@@ -1,0 +1,30 @@
+/* mpri_future.h — runtime-side completion of futures (not installed). */
+#ifndef MPRI_FUTURE_H
+#define MPRI_FUTURE_H
+
+#include "mpirpc/future.h"
+
+/* Complete `f` from inside the runtime: with `value` (ownership taken; NULL =
+ * none) when code is MPR_OK, else with the error (message copied). Callbacks
+ * are handed to the worker pool when the pool runs (never run on the progress
+ * thread or inside a poll). Returns MPR_ERR_STATE if already completed. */
+mpr_err_t mpri_future_complete(mpr_future_t *f, mpr_err_t code, const char *message,
+                               mpr_value_t *value);
+
+/* Borrowed result of a completed successful future (NULL otherwise). */
+mpr_value_t *mpri_future_value(const mpr_future_t *f);
+
+/* Run `fn(f, arg)` once `f` completes (now, in this thread, if it already
+ * has; otherwise as mpr_future_then's callbacks run). */
+mpr_err_t mpri_future_on_complete(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg), void *arg);
+
+/* Hooks the runtime installs so waits drive progress and observe shutdown. */
+typedef struct mpri_wait_hooks {
+    void (*enter)(void);  /* a thread starts actively waiting */
+    void (*leave)(void);  /* ... and stops */
+    bool (*help)(void);   /* poll once / run a task; true if something happened */
+    bool (*stopped)(void);/* the runtime has shut down */
+} mpri_wait_hooks_t;
+void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks);
+
+#endif

@@ -1,0 +1,36 @@
+/* mpri_pool.h — the worker pool that runs request handlers and callbacks
+ * (not installed).
+ *
+ * Tasks are (function, argument) pairs in a ring buffer (no allocation per
+ * task). A pool thread that must wait (a handler calling rpc_sync) runs other
+ * queued tasks meanwhile (mpri_pool_try_run_one), so nested calls never
+ * deadlock the pool however small it is. */
+#ifndef MPRI_POOL_H
+#define MPRI_POOL_H
+
+#include <stdbool.h>
+
+#include "mpirpc/error.h"
+
+typedef void (*mpri_task_fn_t)(void *arg);
+
+mpr_err_t mpri_pool_start(int nthreads);
+/* Stop and join the threads. Tasks still queued are passed to their `drop`
+ * function (see mpri_pool_submit) or run if they have none. */
+void mpri_pool_stop(void);
+
+/* Queue `fn(arg)`. `drop(arg)` (may be NULL) is called instead of `fn` if the
+ * pool stops before running it. Returns MPR_ERR_NOMEM if the queue cannot grow. */
+mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg);
+
+/* Run one queued task in the calling thread, if any. */
+bool mpri_pool_try_run_one(void);
+
+/* Tasks queued plus running. */
+int mpri_pool_busy(void);
+/* Tasks queued, not yet running. */
+int mpri_pool_queued(void);
+bool mpri_pool_running(void);
+bool mpri_on_pool_thread(void);
+
+#endif

@@ -1,0 +1,135 @@
+/* mpri_runtime.h — the runtime's process-wide state and its internal API:
+ * world (ranks, names), messages in and out, requests awaiting replies,
+ * progress, termination counters (not installed).
+ *
+ * Lifecycle (one per process):
+ *   UNINIT --mpri_world_init--> RUNNING --shutdown(graceful)--> STOPPING --> STOPPED
+ *                                      \--shutdown(non-graceful)----------> STOPPED
+ * In STOPPING, only threads serving incoming work (pool threads) may still
+ * send; every other API call returns MPR_ERR_SHUTDOWN. */
+#ifndef MPRI_RUNTIME_H
+#define MPRI_RUNTIME_H
+
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "mpri_buf.h"
+#include "mpri_codec.h"
+#include "mpri_wire.h"
+#include "mpirpc/future.h"
+#include "mpirpc/init.h"
+#include "mpirpc/value.h"
+
+enum { MPRI_UNINIT = 0, MPRI_RUNNING, MPRI_STOPPING, MPRI_STOPPED };
+
+typedef struct mpri_runtime {
+    atomic_int state;
+    MPI_Comm comm;      /* private duplicate: active messages and tensor data */
+    MPI_Comm ctrl_comm; /* private duplicate: shutdown collectives */
+    int rank, size;
+    bool own_mpi;       /* we called MPI_Init_thread and will finalize */
+    mpr_worker_info_t *workers; /* [size] */
+    int num_worker_threads;
+    double default_timeout_s;
+    int tag_ub;
+    atomic_uint_fast64_t next_request_id;
+    atomic_uint data_tag_counter;
+    /* termination detection: messages sent, messages fully processed */
+    atomic_uint_fast64_t msgs_sent, msgs_processed;
+    int progress_pu;           /* -1: progress thread not bound */
+    char progress_binding[64]; /* what binding was applied, for debug info */
+} mpri_runtime_t;
+
+extern mpri_runtime_t mpri_rt;
+
+static inline int mpri_state(void) { return atomic_load_explicit(&mpri_rt.state, memory_order_acquire); }
+
+/* MPR_OK if API calls are allowed now from this thread; else an error
+ * (not initialized / shut down) with detail naming `what`. */
+mpr_err_t mpri_check_running(const char *what);
+
+/* ---- outgoing messages ---- */
+typedef struct mpri_outmsg {
+    mpri_wire_header_t hdr;   /* kind, flags, ids; lengths are filled by send */
+    mpri_buf_t body;
+    mpri_tensor_list_t tensors;
+} mpri_outmsg_t;
+
+void mpri_outmsg_init(mpri_outmsg_t *m, int kind);
+void mpri_outmsg_fini(mpri_outmsg_t *m);
+/* Send `m` to `dst` (self included: delivered without MPI). Consumes `m`
+ * whatever the outcome. Blocks until MPI no longer needs the buffers unless
+ * called from the progress context, where completion is tracked by polling. */
+mpr_err_t mpri_send(int dst, mpri_outmsg_t *m);
+
+/* ---- incoming messages ---- */
+typedef struct mpri_msg {
+    mpri_wire_header_t hdr;
+    int src;
+    uint8_t *data; /* the whole received message (header, body, descriptors) */
+    size_t len;
+    const uint8_t *body;
+    mpr_tensor_t **tensors; /* [hdr.tensor_count], received */
+    MPI_Request *reqs;      /* data receives while assembling */
+    struct mpri_msg *next;
+} mpri_msg_t;
+
+/* Free a message and count it processed (termination detection). Every
+ * handler calls this exactly once per message it was given. */
+void mpri_msg_done(mpri_msg_t *msg);
+
+/* Decode the message body as one value (after `skip` bytes). */
+mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out);
+
+typedef void (*mpri_msg_handler_t)(mpri_msg_t *msg);
+/* Register the handler of request kind `kind`. Inline handlers run on the
+ * progress thread and must never block; the others run on the worker pool. */
+void mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
+
+/* ---- requests and replies ---- */
+/* Send request `m` to `dst` and return a future for its reply (new
+ * reference). timeout_s: < 0 the default, 0 none. `label` names the request
+ * in timeout/error messages (e.g. the function name). Consumes `m`. */
+mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const char *label);
+/* Reply to `req` with a value (ownership kept by the caller). */
+mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v);
+/* Reply to `req` with an error. */
+mpr_err_t mpri_reply_error(const mpri_msg_t *req, mpr_err_t code, const char *message);
+
+/* ---- pending requests (pending.c) ---- */
+mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,
+                           const char *label);
+/* Remove and return the future (its reference passes to the caller), or NULL. */
+mpr_future_t *mpri_pending_take(uint64_t id);
+void mpri_pending_expire(int64_t now_ns);
+/* Complete every pending future with `code` (shutdown). */
+void mpri_pending_fail_all(mpr_err_t code, const char *message);
+long mpri_pending_count(void);
+
+/* ---- progress (progress.c) ---- */
+mpr_err_t mpri_progress_start(void);
+void mpri_progress_stop(void);
+/* Poll MPI once if no other thread is polling; returns events handled. */
+int mpri_progress_poll(void);
+/* True on the progress thread or inside a poll (where blocking is forbidden). */
+bool mpri_in_progress_context(void);
+/* Track a send that must complete in the background (progress context). */
+void mpri_progress_track_send(MPI_Request *reqs, int n, void *buf, mpri_tensor_list_t *tensors);
+/* Incoming messages still assembling plus sends still in flight. */
+long mpri_progress_busy(void);
+/* Dispatch a complete incoming message (transport.c). */
+void mpri_dispatch(mpri_msg_t *msg);
+
+/* Text of an MPI error code. */
+const char *mpri_mpi_error_string(int code, char *buf, int len);
+
+#endif
+
+/* ---- hooks for the layers above (world.c) ---- */
+/* Called by mpr_get_debug_info to add a layer's counters. */
+void mpri_set_debug_info_hook(void (*hook)(mpr_debug_info_t *info));
+/* Called at the start of a graceful shutdown, on the shutting-down thread,
+ * while the runtime still runs (e.g. the RRef layer deletes its user RRefs);
+ * and when the runtime has stopped (to drop local state). */
+void mpri_set_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void));

@@ -1,0 +1,56 @@
+/* mpri_value.h — internal layout of values and the hooks the api layer
+ * installs for RRef and object values (not installed).
+ *
+ * The runtime knows how to build, share, compare, encode and decode every
+ * plain kind. RRef and object values are defined above it (api/): the runtime
+ * only holds an opaque pointer and calls the registered hooks to retain,
+ * release, encode and decode them. */
+#ifndef MPRI_VALUE_H
+#define MPRI_VALUE_H
+
+#include <stdatomic.h>
+
+#include "mpirpc/value.h"
+
+struct mpri_buf;
+struct mpri_reader;
+
+struct mpr_value {
+    atomic_long refcount;
+    mpr_value_kind_t kind;
+    bool immortal; /* the shared none value */
+    union {
+        bool b;
+        int64_t i;
+        double d;
+        struct {
+            char *data; /* NUL-terminated for strings */
+            size_t len;
+        } bytes;
+        mpr_tensor_t *tensor;
+        mpr_worker_info_t worker;
+        struct {
+            mpr_value_t **items;
+            size_t len, cap;
+        } list;
+        void *opaque; /* RREF / OBJECT: owned through the kind's hooks */
+    } u;
+};
+
+/* Hooks for one opaque kind (MPR_VALUE_RREF or MPR_VALUE_OBJECT). */
+typedef struct mpri_opaque_value_ops {
+    void (*retain)(void *p);
+    void (*release)(void *p);
+    /* Append the wire form of `p` to `out`; `dst_rank` is where it goes. */
+    mpr_err_t (*encode)(void *p, struct mpri_buf *out, int dst_rank);
+    /* Read the wire form; returns a new reference in *out. `src_rank` sent it. */
+    mpr_err_t (*decode)(struct mpri_reader *in, int src_rank, void **out);
+} mpri_opaque_value_ops_t;
+
+void mpri_value_set_opaque_ops(mpr_value_kind_t kind, const mpri_opaque_value_ops_t *ops);
+const mpri_opaque_value_ops_t *mpri_value_opaque_ops(mpr_value_kind_t kind);
+
+/* A value wrapping opaque `p` of `kind` (takes ownership of one reference). */
+mpr_value_t *mpri_value_new_opaque(mpr_value_kind_t kind, void *p);
+
+#endif

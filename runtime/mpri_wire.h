@@ -1,0 +1,85 @@
+/* mpri_wire.h — the wire format: message kinds and the fixed header
+ * (not installed).
+ *
+ * Every active message is one MPI message on MPRI_TAG_AM:
+ *   [header (56 bytes)] [body: body_len bytes] [tensor descriptors]
+ * followed, when tensor_count > 0, by one MPI message per tensor on tag
+ * `data_tag` carrying that tensor's bytes straight from/into its storage.
+ * The header is versioned; a receiver rejects a wrong magic/version, an
+ * unknown kind, or lengths that disagree with the received size. */
+#ifndef MPRI_WIRE_H
+#define MPRI_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpirpc/error.h"
+
+#define MPRI_WIRE_MAGIC 0x4d52u /* "RM" */
+#define MPRI_WIRE_VERSION 1
+#define MPRI_TAG_AM 1
+#define MPRI_TAG_DATA_FIRST 2
+
+/* Message kinds (mirroring PyTorch's rpc/message.h), in one list. */
+#define MPRI_MSG_KIND_LIST(X)                                                         \
+    X(MPRI_MSG_CALL, "call")                 /* run a registered function */          \
+    X(MPRI_MSG_RETURN, "return")             /* its result */                          \
+    X(MPRI_MSG_REMOTE_CALL, "remote_call")   /* run and keep the result in an OwnerRRef */ \
+    X(MPRI_MSG_REMOTE_RET, "remote_ret")                                               \
+    X(MPRI_MSG_RREF_FETCH, "rref_fetch")     /* to_here */                             \
+    X(MPRI_MSG_RREF_FETCH_RET, "rref_fetch_ret")                                       \
+    X(MPRI_MSG_RREF_USER_DELETE, "rref_user_delete")                                   \
+    X(MPRI_MSG_RREF_FORK_REQUEST, "rref_fork_request")                                 \
+    X(MPRI_MSG_RREF_CHILD_ACCEPT, "rref_child_accept")                                 \
+    X(MPRI_MSG_RREF_ACK, "rref_ack")                                                   \
+    X(MPRI_MSG_FORWARD_AUTOGRAD_REQ, "forward_autograd_req")                           \
+    X(MPRI_MSG_FORWARD_AUTOGRAD_RESP, "forward_autograd_resp")                         \
+    X(MPRI_MSG_BACKWARD_AUTOGRAD_REQ, "backward_autograd_req")                         \
+    X(MPRI_MSG_BACKWARD_AUTOGRAD_RESP, "backward_autograd_resp")                       \
+    X(MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT, "cleanup_autograd_context")                   \
+    X(MPRI_MSG_EXCEPTION, "exception")       /* an error in reply to a request */      \
+    X(MPRI_MSG_PING, "ping")                 /* internal no-op request (tests, liveness) */
+
+typedef enum {
+#define MPRI_X_KIND(kind, name) kind,
+    MPRI_MSG_KIND_LIST(MPRI_X_KIND)
+#undef MPRI_X_KIND
+    MPRI_MSG_KIND_COUNT
+} mpri_msg_kind_t;
+
+const char *mpri_msg_kind_name(int kind);
+
+enum {
+    MPRI_FLAG_RESPONSE = 1u << 0, /* answers request `request_id` */
+    MPRI_FLAG_ERROR = 1u << 1,    /* body is an error (u32 code + message blob) */
+    MPRI_FLAG_EXPECTS_REPLY = 1u << 2,
+};
+
+typedef struct mpri_wire_header {
+    uint16_t magic;
+    uint8_t version;
+    uint8_t kind;
+    uint16_t flags;
+    uint16_t reserved;
+    uint32_t tensor_count;
+    uint32_t body_len;
+    uint64_t request_id;
+    uint64_t function_id;
+    uint64_t autograd_context_id;
+    uint64_t autograd_message_id;
+    uint32_t data_tag;
+    uint32_t reserved2;
+} mpri_wire_header_t;
+
+_Static_assert(sizeof(mpri_wire_header_t) == 56, "wire header must be 56 bytes");
+
+#define MPRI_MAX_MESSAGE_BYTES ((size_t)1 << 30)
+#define MPRI_MAX_TENSORS_PER_MESSAGE 65536
+
+/* Read and validate the header of a received message of `len` bytes. */
+mpr_err_t mpri_wire_header_read(const void *data, size_t len, mpri_wire_header_t *out);
+
+/* 64-bit FNV-1a hash of a function name (its wire id). */
+uint64_t mpri_hash_name(const char *name);
+
+#endif

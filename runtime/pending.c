@@ -1,0 +1,150 @@
+/* pending.c — requests awaiting a reply: id -> (future, deadline, peer, label).
+ *
+ * Invariants: an entry is removed exactly once — by the reply, by its
+ * deadline, by a failed send, or at shutdown — and whoever removes it
+ * completes the future, so a late reply finds nothing and is dropped.
+ * Deadlines are checked by whichever thread polls (about every millisecond);
+ * only entries with a deadline are scanned. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_event.h"
+#include "mpri_future.h"
+#include "mpri_runtime.h"
+
+#define NBUCKETS 4096
+
+typedef struct entry {
+    uint64_t id;
+    mpr_future_t *future;
+    int64_t deadline_ns;
+    int64_t started_ns;
+    int dst;
+    char label[64];
+    struct entry *next;
+} entry_t;
+
+static struct {
+    pthread_mutex_t lock;
+    entry_t *buckets[NBUCKETS];
+    entry_t *free_list;
+    long count, with_deadline;
+} table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+long mpri_pending_count(void) {
+    pthread_mutex_lock(&table.lock);
+    long n = table.count;
+    pthread_mutex_unlock(&table.lock);
+    return n;
+}
+
+mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,
+                           const char *label) {
+    pthread_mutex_lock(&table.lock);
+    entry_t *e = table.free_list;
+    if (e)
+        table.free_list = e->next;
+    else if (!(e = malloc(sizeof *e))) {
+        pthread_mutex_unlock(&table.lock);
+        return mpr_error_set(MPR_ERR_NOMEM, "pending request table: out of memory");
+    }
+    e->id = id;
+    e->future = f;
+    e->deadline_ns = deadline_ns;
+    e->started_ns = deadline_ns ? mpri_now_ns() : 0;
+    e->dst = dst;
+    snprintf(e->label, sizeof e->label, "%s", label ? label : "request");
+    entry_t **b = &table.buckets[id % NBUCKETS];
+    e->next = *b;
+    *b = e;
+    table.count++;
+    if (deadline_ns) table.with_deadline++;
+    pthread_mutex_unlock(&table.lock);
+    return MPR_OK;
+}
+
+/* Unlink under the lock; returns the entry (caller recycles it). */
+static entry_t *unlink_locked(entry_t **link) {
+    entry_t *e = *link;
+    *link = e->next;
+    table.count--;
+    if (e->deadline_ns) table.with_deadline--;
+    return e;
+}
+
+static void recycle_locked(entry_t *e) {
+    e->next = table.free_list;
+    table.free_list = e;
+}
+
+mpr_future_t *mpri_pending_take(uint64_t id) {
+    pthread_mutex_lock(&table.lock);
+    for (entry_t **link = &table.buckets[id % NBUCKETS]; *link; link = &(*link)->next) {
+        if ((*link)->id != id) continue;
+        entry_t *e = unlink_locked(link);
+        mpr_future_t *f = e->future;
+        recycle_locked(e);
+        pthread_mutex_unlock(&table.lock);
+        return f;
+    }
+    pthread_mutex_unlock(&table.lock);
+    return NULL;
+}
+
+void mpri_pending_expire(int64_t now_ns) {
+    entry_t *expired = NULL;
+    pthread_mutex_lock(&table.lock);
+    if (table.with_deadline == 0) {
+        pthread_mutex_unlock(&table.lock);
+        return;
+    }
+    for (int i = 0; i < NBUCKETS; i++) {
+        entry_t **link = &table.buckets[i];
+        while (*link) {
+            if ((*link)->deadline_ns && (*link)->deadline_ns <= now_ns) {
+                entry_t *e = unlink_locked(link);
+                e->next = expired;
+                expired = e;
+            } else {
+                link = &(*link)->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&table.lock);
+    while (expired) {
+        entry_t *e = expired;
+        expired = e->next;
+        char text[512];
+        const char *peer = mpri_rt.workers ? mpri_rt.workers[e->dst].name : "?";
+        snprintf(text, sizeof text, "%s to %s (rank %d) timed out after %.3f s", e->label, peer,
+                 e->dst, (double)(e->deadline_ns - e->started_ns) / 1e9);
+        mpri_future_complete(e->future, MPR_ERR_TIMEOUT, text, NULL);
+        mpr_future_release(e->future);
+        pthread_mutex_lock(&table.lock);
+        recycle_locked(e);
+        pthread_mutex_unlock(&table.lock);
+    }
+}
+
+void mpri_pending_fail_all(mpr_err_t code, const char *message) {
+    for (;;) {
+        entry_t *e = NULL;
+        pthread_mutex_lock(&table.lock);
+        for (int i = 0; i < NBUCKETS && !e; i++)
+            if (table.buckets[i]) e = unlink_locked(&table.buckets[i]);
+        pthread_mutex_unlock(&table.lock);
+        if (!e) break;
+        mpri_future_complete(e->future, code, message, NULL);
+        mpr_future_release(e->future);
+        free(e);
+    }
+    pthread_mutex_lock(&table.lock);
+    while (table.free_list) {
+        entry_t *e = table.free_list;
+        table.free_list = e->next;
+        free(e);
+    }
+    pthread_mutex_unlock(&table.lock);
+}

@@ -1,0 +1,164 @@
+/* pool.c — the worker pool: a mutex-protected ring of tasks and N threads.
+ *
+ * Invariants: `queued` mirrors the ring's length and is read without the lock
+ * only as a hint by spinning workers; a worker sleeps only after re-checking
+ * the ring under the lock, and a submitter signals under the lock when
+ * `sleeping` > 0, so no wake-up is lost. Idle workers spin briefly (with
+ * sched_yield, so an oversubscribed machine still runs the thread with real
+ * work) and then sleep, so an idle pool uses no CPU. Pool threads get a
+ * 16 MiB stack: helping while waiting nests handlers on the same stack. */
+#include "mpri_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "mpri_event.h"
+
+typedef struct {
+    mpri_task_fn_t fn, drop;
+    void *arg;
+} task_t;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    task_t *ring;
+    size_t cap, head, len;
+    atomic_int queued;
+    atomic_int running_tasks;
+    int sleeping;
+    atomic_bool stopping;
+    atomic_bool started;
+    pthread_t *threads;
+    int nthreads;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static _Thread_local bool is_pool_thread;
+
+#define POOL_SPIN_NS 50000 /* how long an idle worker spins before sleeping */
+
+bool mpri_on_pool_thread(void) { return is_pool_thread; }
+bool mpri_pool_running(void) { return atomic_load(&pool.started); }
+int mpri_pool_queued(void) { return atomic_load(&pool.queued); }
+int mpri_pool_busy(void) { return atomic_load(&pool.queued) + atomic_load(&pool.running_tasks); }
+
+/* Pop under the lock. */
+static bool pop_locked(task_t *out) {
+    if (pool.len == 0) return false;
+    *out = pool.ring[pool.head];
+    pool.head = (pool.head + 1) % pool.cap;
+    pool.len--;
+    atomic_fetch_sub(&pool.queued, 1);
+    atomic_fetch_add(&pool.running_tasks, 1);
+    return true;
+}
+
+static void run_task(task_t *t) {
+    t->fn(t->arg);
+    atomic_fetch_sub(&pool.running_tasks, 1);
+}
+
+bool mpri_pool_try_run_one(void) {
+    if (atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0) return false;
+    task_t t;
+    pthread_mutex_lock(&pool.lock);
+    bool got = pop_locked(&t);
+    pthread_mutex_unlock(&pool.lock);
+    if (got) run_task(&t);
+    return got;
+}
+
+static void *worker_main(void *unused) {
+    is_pool_thread = true;
+    for (;;) {
+        int64_t idle_since = mpri_now_ns();
+        while (atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0 &&
+               mpri_now_ns() - idle_since < POOL_SPIN_NS && !pool.stopping)
+            sched_yield();
+        task_t t;
+        pthread_mutex_lock(&pool.lock);
+        while (!pop_locked(&t)) {
+            if (pool.stopping) {
+                pthread_mutex_unlock(&pool.lock);
+                return NULL;
+            }
+            pool.sleeping++;
+            pthread_cond_wait(&pool.cond, &pool.lock);
+            pool.sleeping--;
+        }
+        pthread_mutex_unlock(&pool.lock);
+        run_task(&t);
+    }
+}
+
+mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg) {
+    pthread_mutex_lock(&pool.lock);
+    if (pool.len == pool.cap) {
+        size_t cap = pool.cap ? pool.cap * 2 : 256;
+        task_t *ring = malloc(cap * sizeof *ring);
+        if (!ring) {
+            pthread_mutex_unlock(&pool.lock);
+            return mpr_error_set(MPR_ERR_NOMEM, "worker pool: cannot grow the task queue");
+        }
+        for (size_t i = 0; i < pool.len; i++) ring[i] = pool.ring[(pool.head + i) % pool.cap];
+        free(pool.ring);
+        pool.ring = ring;
+        pool.cap = cap;
+        pool.head = 0;
+    }
+    pool.ring[(pool.head + pool.len) % pool.cap] = (task_t){fn, drop, arg};
+    pool.len++;
+    atomic_fetch_add(&pool.queued, 1);
+    if (pool.sleeping) pthread_cond_signal(&pool.cond);
+    pthread_mutex_unlock(&pool.lock);
+    mpri_event_signal(); /* pool threads waiting on futures help with tasks */
+    return MPR_OK;
+}
+
+mpr_err_t mpri_pool_start(int nthreads) {
+    atomic_store(&pool.stopping, false);
+    pool.threads = calloc((size_t)nthreads, sizeof *pool.threads);
+    if (!pool.threads) return mpr_error_set(MPR_ERR_NOMEM, "worker pool: out of memory");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 16u << 20);
+    for (int i = 0; i < nthreads; i++) {
+        if (pthread_create(&pool.threads[i], &attr, worker_main, NULL) != 0) {
+            pthread_attr_destroy(&attr);
+            pool.nthreads = i;
+            mpri_pool_stop();
+            return mpr_error_set(MPR_ERR_NOMEM, "worker pool: cannot start thread %d", i);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    pool.nthreads = nthreads;
+    atomic_store(&pool.started, true);
+    return MPR_OK;
+}
+
+void mpri_pool_stop(void) {
+    pthread_mutex_lock(&pool.lock);
+    atomic_store(&pool.stopping, true);
+    pthread_cond_broadcast(&pool.cond);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 0; i < pool.nthreads; i++) pthread_join(pool.threads[i], NULL);
+    free(pool.threads);
+    pool.threads = NULL;
+    pool.nthreads = 0;
+    atomic_store(&pool.started, false);
+    /* Whatever is left: drop it (or run it, for tasks without a drop). */
+    task_t t;
+    for (;;) {
+        pthread_mutex_lock(&pool.lock);
+        bool got = pop_locked(&t);
+        pthread_mutex_unlock(&pool.lock);
+        if (!got) break;
+        if (t.drop) t.drop(t.arg); else t.fn(t.arg);
+        atomic_fetch_sub(&pool.running_tasks, 1);
+    }
+    free(pool.ring);
+    pool.ring = NULL;
+    pool.cap = pool.head = pool.len = 0;
+}

@@ -1,0 +1,367 @@
+/* progress.c — the receive side: polling MPI for active messages, assembling
+ * their tensor data, completing tracked sends, expiring timeouts; the
+ * dedicated progress thread; the hooks that let waiting threads poll.
+ *
+ * Invariants:
+ * - Only one thread polls at a time (poll_lock, taken with trylock, never
+ *   held across a blocking MPI call: Improbe/Mrecv of a matched message,
+ *   Irecv and Test* do not block).
+ * - A thread waiting on a future polls for itself while it waits actively;
+ *   meanwhile the progress thread sleeps (active_waiters > 0), so on an
+ *   oversubscribed machine one thread per rank spins, not two.
+ * - The progress thread backs off when idle: spin, then yield, then sleep in
+ *   growing steps up to 1 ms, so an idle rank uses well under 5% of a core.
+ * - Code running in the progress context (the progress thread, or any thread
+ *   inside a poll) never blocks: its sends are tracked here, and future
+ *   callbacks it triggers go to the worker pool. */
+#include <hwloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpri_event.h"
+#include "mpri_future.h"
+#include "mpri_pool.h"
+#include "mpri_runtime.h"
+
+typedef struct tracked_send {
+    MPI_Request *reqs;
+    int n;
+    void *buf;
+    mpri_tensor_list_t tensors;
+    struct tracked_send *next;
+} tracked_send_t;
+
+static struct {
+    pthread_mutex_t poll_lock;
+    pthread_mutex_t sends_lock;
+    tracked_send_t *sends;
+    mpri_msg_t *assembling; /* guarded by poll_lock */
+    atomic_long busy;       /* assembling + tracked sends */
+    atomic_int active_waiters;
+    atomic_bool stop;
+    pthread_t thread;
+    bool thread_started;
+    int64_t last_expire_ns;
+} prog = {.poll_lock = PTHREAD_MUTEX_INITIALIZER, .sends_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local bool in_progress_context;
+
+bool mpri_in_progress_context(void) { return in_progress_context; }
+long mpri_progress_busy(void) { return atomic_load(&prog.busy); }
+
+void mpri_progress_track_send(MPI_Request *reqs, int n, void *buf, mpri_tensor_list_t *tensors) {
+    tracked_send_t *s = malloc(sizeof *s);
+    if (!s) { /* no memory to track it: finish it here (rare, small messages) */
+        MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+        free(reqs);
+        free(buf);
+        mpri_tensor_list_fini(tensors);
+        return;
+    }
+    s->reqs = reqs;
+    s->n = n;
+    s->buf = buf;
+    s->tensors = *tensors;
+    atomic_fetch_add(&prog.busy, 1);
+    pthread_mutex_lock(&prog.sends_lock);
+    s->next = prog.sends;
+    prog.sends = s;
+    pthread_mutex_unlock(&prog.sends_lock);
+}
+
+static int test_sends(void) {
+    int done = 0;
+    pthread_mutex_lock(&prog.sends_lock);
+    tracked_send_t *list = prog.sends;
+    prog.sends = NULL;
+    pthread_mutex_unlock(&prog.sends_lock);
+    tracked_send_t *keep = NULL;
+    while (list) {
+        tracked_send_t *s = list;
+        list = s->next;
+        int flag = 0;
+        MPI_Testall(s->n, s->reqs, &flag, MPI_STATUSES_IGNORE);
+        if (flag) {
+            free(s->reqs);
+            free(s->buf);
+            mpri_tensor_list_fini(&s->tensors);
+            free(s);
+            atomic_fetch_sub(&prog.busy, 1);
+            done++;
+        } else {
+            s->next = keep;
+            keep = s;
+        }
+    }
+    if (keep) {
+        pthread_mutex_lock(&prog.sends_lock);
+        tracked_send_t *tail = keep;
+        while (tail->next) tail = tail->next;
+        tail->next = prog.sends;
+        prog.sends = keep;
+        pthread_mutex_unlock(&prog.sends_lock);
+    }
+    return done;
+}
+
+/* A message whose header or descriptors are unusable: receive and discard its
+ * tensor data (they were sent right behind it), reply with the error if the
+ * sender waits for one, and count it processed. */
+static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
+    char text[1200];
+    snprintf(text, sizeof text, "On %s: rejected a malformed message from rank %d: %s",
+             mpri_rt.workers[mpri_rt.rank].name, msg->src, mpr_last_error());
+    if (header_ok) {
+        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
+            MPI_Message m;
+            MPI_Status st;
+            int count = 0;
+            if (MPI_Mprobe(msg->src, (int)msg->hdr.data_tag, mpri_rt.comm, &m, &st) != MPI_SUCCESS) break;
+            MPI_Get_count(&st, MPI_BYTE, &count);
+            void *scratch = malloc(count > 0 ? (size_t)count : 1);
+            MPI_Mrecv(scratch, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+            free(scratch);
+        }
+        if (!(msg->hdr.flags & MPRI_FLAG_RESPONSE)) mpri_reply_error(msg, code, text);
+    } else {
+        fprintf(stderr, "mpirpc: %s\n", text);
+    }
+    if (msg->tensors) {
+        free(msg->tensors); /* none allocated on this path */
+        msg->tensors = NULL;
+    }
+    mpri_msg_done(msg);
+}
+
+/* Header received: validate, allocate tensors, post the data receives. */
+static void start_incoming(uint8_t *data, size_t len, int src) {
+    mpri_msg_t *msg = calloc(1, sizeof *msg);
+    if (!msg) {
+        fprintf(stderr, "mpirpc: out of memory receiving from rank %d; message dropped\n", src);
+        free(data);
+        atomic_fetch_add(&mpri_rt.msgs_processed, 1);
+        return;
+    }
+    msg->data = data;
+    msg->len = len;
+    msg->src = src;
+    mpr_err_t e = mpri_wire_header_read(data, len, &msg->hdr);
+    if (e) {
+        reject_incoming(msg, false, e);
+        return;
+    }
+    msg->body = data + sizeof(mpri_wire_header_t);
+    uint32_t n = msg->hdr.tensor_count;
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body + msg->hdr.body_len, len - sizeof(mpri_wire_header_t) - msg->hdr.body_len);
+    if (n == 0) {
+        if (r.left != 0) {
+            mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the body", r.left);
+            reject_incoming(msg, true, MPR_ERR_DECODE);
+            return;
+        }
+        mpri_dispatch(msg);
+        return;
+    }
+    msg->tensors = calloc(n, sizeof *msg->tensors);
+    msg->reqs = malloc(sizeof *msg->reqs * n);
+    if (!msg->tensors || !msg->reqs) {
+        mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensors", n);
+        reject_incoming(msg, true, MPR_ERR_NOMEM);
+        return;
+    }
+    e = mpri_tensor_descs_decode(&r, n, msg->tensors);
+    if (!e && r.left != 0) {
+        for (uint32_t i = 0; i < n; i++) {
+            mpr_tensor_release(msg->tensors[i]);
+            msg->tensors[i] = NULL;
+        }
+        e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
+    }
+    if (e) {
+        reject_incoming(msg, true, e);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        MPI_Irecv(mpr_tensor_data(msg->tensors[i]), (int)mpr_tensor_nbytes(msg->tensors[i]), MPI_BYTE,
+                  src, (int)msg->hdr.data_tag, mpri_rt.comm, &msg->reqs[i]);
+    msg->next = prog.assembling;
+    prog.assembling = msg;
+    atomic_fetch_add(&prog.busy, 1);
+}
+
+static int test_assembling(void) {
+    int done = 0;
+    mpri_msg_t **link = &prog.assembling;
+    while (*link) {
+        mpri_msg_t *msg = *link;
+        int flag = 0;
+        MPI_Testall((int)msg->hdr.tensor_count, msg->reqs, &flag, MPI_STATUSES_IGNORE);
+        if (!flag) {
+            link = &msg->next;
+            continue;
+        }
+        *link = msg->next;
+        msg->next = NULL;
+        free(msg->reqs);
+        msg->reqs = NULL;
+        atomic_fetch_sub(&prog.busy, 1);
+        mpri_dispatch(msg);
+        done++;
+    }
+    return done;
+}
+
+int mpri_progress_poll(void) {
+    if (mpri_state() == MPRI_UNINIT || mpri_state() == MPRI_STOPPED) return 0;
+    if (pthread_mutex_trylock(&prog.poll_lock) != 0) return 0;
+    bool was_in_context = in_progress_context;
+    in_progress_context = true;
+    int events = 0;
+    for (int i = 0; i < 32; i++) {
+        int flag = 0;
+        MPI_Message m;
+        MPI_Status st;
+        if (MPI_Improbe(MPI_ANY_SOURCE, MPRI_TAG_AM, mpri_rt.comm, &flag, &m, &st) != MPI_SUCCESS || !flag)
+            break;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        uint8_t *data = malloc(count > 0 ? (size_t)count : 1);
+        if (!data) { /* receive into nothing we can keep: drop it */
+            uint8_t dummy[sizeof(mpri_wire_header_t)];
+            MPI_Mrecv(dummy, 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+            atomic_fetch_add(&mpri_rt.msgs_processed, 1);
+            continue;
+        }
+        MPI_Mrecv(data, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+        start_incoming(data, (size_t)count, st.MPI_SOURCE);
+        events++;
+    }
+    if (prog.assembling) events += test_assembling();
+    if (prog.sends) events += test_sends();
+    int64_t now = mpri_now_ns();
+    if (now - prog.last_expire_ns > 1000000) {
+        prog.last_expire_ns = now;
+        mpri_pending_expire(now);
+    }
+    in_progress_context = was_in_context;
+    pthread_mutex_unlock(&prog.poll_lock);
+    return events;
+}
+
+/* ---- hooks for waiting threads ---- */
+
+static void waiter_enter(void) { atomic_fetch_add(&prog.active_waiters, 1); }
+
+static void waiter_leave(void) {
+    atomic_fetch_sub(&prog.active_waiters, 1);
+    mpri_event_signal(); /* the progress thread may resume polling */
+}
+
+static bool waiter_help(void) {
+    if (in_progress_context) return false; /* never poll re-entrantly */
+    return mpri_progress_poll() > 0;
+}
+
+static bool runtime_stopped(void) { return mpri_state() == MPRI_STOPPED; }
+
+static const mpri_wait_hooks_t wait_hooks = {waiter_enter, waiter_leave, waiter_help, runtime_stopped};
+
+/* ---- the progress thread ---- */
+
+static void bind_progress_thread(void) {
+    if (mpri_rt.progress_pu < 0) {
+        snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "unbound");
+        return;
+    }
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
+        snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "hwloc failed");
+        return;
+    }
+    hwloc_obj_t pu = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PU, (unsigned)mpri_rt.progress_pu);
+    if (!pu) {
+        snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "no PU %d", mpri_rt.progress_pu);
+    } else if (hwloc_set_cpubind(topo, pu->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
+        snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "binding to PU %d failed",
+                 mpri_rt.progress_pu);
+    } else {
+        snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "PU %d (os index %u)",
+                 mpri_rt.progress_pu, pu->os_index);
+    }
+    hwloc_topology_destroy(topo);
+}
+
+#define IDLE_SPIN_NS 50000
+#define IDLE_YIELD_NS 2000000
+#define IDLE_SLEEP_MAX_NS 1000000
+
+static void *progress_main(void *unused) {
+    in_progress_context = true;
+    bind_progress_thread();
+    int64_t idle_since = mpri_now_ns();
+    int64_t sleep_ns = 10000;
+    while (!atomic_load(&prog.stop)) {
+        if (atomic_load(&prog.active_waiters) > 0) {
+            uint64_t gen = mpri_event_generation();
+            if (atomic_load(&prog.active_waiters) > 0) mpri_event_wait(gen, 500000);
+            /* A waiter normally polls for us; poll anyway now and then so
+             * nothing depends on it. */
+            mpri_progress_poll();
+            idle_since = mpri_now_ns();
+            continue;
+        }
+        /* The thread is in the progress context throughout; poll() keeps it. */
+        if (mpri_progress_poll() > 0) {
+            idle_since = mpri_now_ns();
+            sleep_ns = 10000;
+            continue;
+        }
+        int64_t idle = mpri_now_ns() - idle_since;
+        if (idle < IDLE_SPIN_NS) {
+            mpri_cpu_relax();
+        } else if (idle < IDLE_YIELD_NS) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+            if (sleep_ns < IDLE_SLEEP_MAX_NS) sleep_ns *= 2;
+        }
+    }
+    return NULL;
+}
+
+mpr_err_t mpri_progress_start(void) {
+    atomic_store(&prog.stop, false);
+    mpri_future_set_wait_hooks(&wait_hooks);
+    if (pthread_create(&prog.thread, NULL, progress_main, NULL) != 0)
+        return mpr_error_set(MPR_ERR_NOMEM, "cannot start the progress thread");
+    prog.thread_started = true;
+    return MPR_OK;
+}
+
+void mpri_progress_stop(void) {
+    if (prog.thread_started) {
+        atomic_store(&prog.stop, true);
+        pthread_join(prog.thread, NULL);
+        prog.thread_started = false;
+    }
+    /* Anything still assembling or sending is abandoned (non-graceful stop). */
+    pthread_mutex_lock(&prog.poll_lock);
+    while (prog.assembling) {
+        mpri_msg_t *msg = prog.assembling;
+        prog.assembling = msg->next;
+        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
+            MPI_Cancel(&msg->reqs[i]);
+            MPI_Request_free(&msg->reqs[i]);
+        }
+        atomic_fetch_sub(&prog.busy, 1);
+        mpri_msg_done(msg);
+    }
+    pthread_mutex_unlock(&prog.poll_lock);
+    test_sends();
+}

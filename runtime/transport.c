@@ -1,0 +1,314 @@
+/* transport.c — messages out and in: send (MPI or local loopback), dispatch
+ * of complete incoming messages, requests with reply futures, replies.
+ *
+ * Invariants:
+ * - A message's tensors travel as separate MPI messages on the message's
+ *   data tag, sent from the tensors' own storage (no serialization copy).
+ * - msgs_sent is incremented before a message can be received anywhere and
+ *   msgs_processed only after the receiver finished with it (mpri_msg_done),
+ *   including any reply it sent; graceful shutdown relies on this.
+ * - Sends never hold a lock across MPI calls. Outside the progress context a
+ *   send waits for its MPI requests; inside it they are tracked and polled.
+ * - A reply whose request is no longer pending (timed out) is dropped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_event.h"
+#include "mpri_future.h"
+#include "mpri_pool.h"
+#include "mpri_runtime.h"
+#include "mpri_tensor.h"
+
+typedef struct {
+    mpri_msg_handler_t fn;
+    bool run_inline;
+} handler_entry_t;
+
+static handler_entry_t handlers[MPRI_MSG_KIND_COUNT];
+
+void mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline) {
+    handlers[kind] = (handler_entry_t){fn, run_inline};
+}
+
+const char *mpri_mpi_error_string(int code, char *buf, int len) {
+    int n = 0;
+    if (MPI_Error_string(code, buf, &n) != MPI_SUCCESS) snprintf(buf, (size_t)len, "MPI error %d", code);
+    return buf;
+}
+
+void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
+    memset(&m->hdr, 0, sizeof m->hdr);
+    m->hdr.kind = (uint8_t)kind;
+    mpri_buf_init(&m->body);
+    mpri_buf_reserve(&m->body, 256);
+    m->body.len = sizeof(mpri_wire_header_t); /* room for the header */
+    memset(m->body.data, 0, m->body.len);
+    mpri_tensor_list_init(&m->tensors);
+}
+
+void mpri_outmsg_fini(mpri_outmsg_t *m) {
+    mpri_buf_fini(&m->body);
+    mpri_tensor_list_fini(&m->tensors);
+}
+
+static void msg_free(mpri_msg_t *msg) {
+    if (msg->tensors) {
+        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) mpr_tensor_release(msg->tensors[i]);
+        free(msg->tensors);
+    }
+    free(msg->reqs);
+    free(msg->data);
+    free(msg);
+}
+
+void mpri_msg_done(mpri_msg_t *msg) {
+    msg_free(msg);
+    atomic_fetch_add(&mpri_rt.msgs_processed, 1);
+}
+
+mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
+    if (skip > msg->hdr.body_len) return mpr_error_set(MPR_ERR_DECODE, "body shorter than %zu bytes", skip);
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body + skip, msg->hdr.body_len - skip);
+    mpr_err_t e = mpri_value_decode(&r, msg->tensors, msg->hdr.tensor_count, msg->src, out);
+    if (e == MPR_OK && r.left != 0) {
+        mpr_value_release(*out);
+        *out = NULL;
+        e = mpr_error_set(MPR_ERR_DECODE, "%zu trailing bytes after the value", r.left);
+    }
+    return e;
+}
+
+/* Deliver to ourselves without MPI: the message shares the tensors. */
+static mpr_err_t send_local(mpri_outmsg_t *m) {
+    mpri_msg_t *msg = calloc(1, sizeof *msg);
+    if (!msg) {
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+    }
+    msg->hdr = m->hdr;
+    msg->src = mpri_rt.rank;
+    msg->data = mpri_buf_steal(&m->body, &msg->len);
+    msg->body = msg->data + sizeof(mpri_wire_header_t);
+    msg->tensors = m->tensors.items; /* references move to the message */
+    m->tensors.items = NULL;
+    m->tensors.len = 0;
+    mpri_tensor_list_fini(&m->tensors);
+    atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+    mpri_dispatch(msg);
+    return MPR_OK;
+}
+
+mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
+    if (m->body.failed) {
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory while encoding");
+    }
+    if (dst < 0 || dst >= mpri_rt.size) {
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "send: rank %d outside [0, %d)", dst, mpri_rt.size);
+    }
+    mpri_wire_header_t *h = &m->hdr;
+    h->magic = MPRI_WIRE_MAGIC;
+    h->version = MPRI_WIRE_VERSION;
+    h->body_len = (uint32_t)(m->body.len - sizeof *h);
+    h->tensor_count = m->tensors.len;
+    if (h->tensor_count) {
+        unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
+        h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
+        mpri_tensor_descs_encode(&m->tensors, &m->body);
+    }
+    if (m->body.failed || m->body.len > MPRI_MAX_MESSAGE_BYTES) {
+        size_t len = m->body.len;
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "send: message of %zu bytes is too large", len);
+    }
+    memcpy(m->body.data, h, sizeof *h);
+    if (dst == mpri_rt.rank) return send_local(m);
+
+    int n = 1 + (int)h->tensor_count;
+    MPI_Request stack_reqs[8];
+    MPI_Request *reqs = n <= 8 ? stack_reqs : malloc(sizeof *reqs * (size_t)n);
+    if (!reqs) {
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+    }
+    atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+    int posted = 0, rc = MPI_Isend(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM,
+                                   mpri_rt.comm, &reqs[0]);
+    if (rc == MPI_SUCCESS) posted = 1;
+    for (uint32_t i = 0; rc == MPI_SUCCESS && i < h->tensor_count; i++) {
+        mpr_tensor_t *t = m->tensors.items[i];
+        rc = MPI_Isend(mpr_tensor_data(t), (int)mpr_tensor_nbytes(t), MPI_BYTE, dst, (int)h->data_tag,
+                       mpri_rt.comm, &reqs[1 + i]);
+        if (rc == MPI_SUCCESS) posted++;
+    }
+    if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        if (posted == 0) atomic_fetch_sub(&mpri_rt.msgs_sent, 1);
+        MPI_Waitall(posted, reqs, MPI_STATUSES_IGNORE);
+        if (reqs != stack_reqs) free(reqs);
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
+                             mpri_mpi_error_string(rc, text, sizeof text));
+    }
+    if (mpri_in_progress_context()) {
+        MPI_Request *heap = reqs;
+        if (reqs == stack_reqs) {
+            heap = malloc(sizeof *heap * (size_t)n);
+            if (!heap) { /* cannot track: complete it here (small control messages) */
+                MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+                mpri_outmsg_fini(m);
+                return MPR_OK;
+            }
+            memcpy(heap, reqs, sizeof *heap * (size_t)n);
+        }
+        size_t len;
+        void *buf = mpri_buf_steal(&m->body, &len);
+        mpri_progress_track_send(heap, n, buf, &m->tensors);
+        mpri_tensor_list_init(&m->tensors);
+        return MPR_OK;
+    }
+    rc = MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
+    if (reqs != stack_reqs) free(reqs);
+    mpri_outmsg_fini(m);
+    if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
+                             mpri_mpi_error_string(rc, text, sizeof text));
+    }
+    return MPR_OK;
+}
+
+/* ---- replies ---- */
+
+static mpr_err_t reply_error_body(mpri_outmsg_t *m, const mpri_msg_t *req, mpr_err_t code,
+                                  const char *message) {
+    m->hdr.flags = MPRI_FLAG_RESPONSE | MPRI_FLAG_ERROR;
+    m->hdr.request_id = req->hdr.request_id;
+    mpri_buf_put_u32(&m->body, (uint32_t)code);
+    mpri_buf_put_blob(&m->body, message, strlen(message));
+    return mpri_send(req->src, m);
+}
+
+mpr_err_t mpri_reply_error(const mpri_msg_t *req, mpr_err_t code, const char *message) {
+    if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_EXCEPTION);
+    return reply_error_body(&m, req, code, message ? message : mpr_strerror(code));
+}
+
+mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v) {
+    if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, kind);
+    m.hdr.flags = MPRI_FLAG_RESPONSE;
+    m.hdr.request_id = req->hdr.request_id;
+    mpr_err_t e = mpri_value_encode(v ? v : mpr_value_new_none(), &m.body, &m.tensors, req->src);
+    if (e) {
+        char text[1100];
+        snprintf(text, sizeof text, "On %s: cannot send the result: %s",
+                 mpri_rt.workers[mpri_rt.rank].name, mpr_last_error());
+        mpri_outmsg_fini(&m);
+        return mpri_reply_error(req, e, text);
+    }
+    return mpri_send(req->src, &m);
+}
+
+/* ---- requests ---- */
+
+mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const char *label) {
+    mpr_future_t *f = mpr_future_create();
+    if (!f) {
+        mpri_outmsg_fini(m);
+        return NULL;
+    }
+    uint64_t id = atomic_fetch_add(&mpri_rt.next_request_id, 1);
+    m->hdr.request_id = id;
+    m->hdr.flags |= MPRI_FLAG_EXPECTS_REPLY;
+    if (timeout_s < 0) timeout_s = mpri_rt.default_timeout_s;
+    int64_t deadline = timeout_s > 0 ? mpri_now_ns() + (int64_t)(timeout_s * 1e9) : 0;
+    mpr_err_t e = mpri_pending_add(id, mpr_future_retain(f), deadline, dst, label);
+    if (e) {
+        mpr_future_release(f); /* the reference meant for the table */
+        mpri_outmsg_fini(m);
+        mpri_future_complete(f, e, mpr_last_error(), NULL);
+        return f;
+    }
+    e = mpri_send(dst, m);
+    if (e) {
+        mpr_future_t *pending = mpri_pending_take(id);
+        if (pending) {
+            mpri_future_complete(pending, e, mpr_last_error(), NULL);
+            mpr_future_release(pending);
+        }
+    }
+    return f;
+}
+
+static void complete_from_response(mpr_future_t *f, mpri_msg_t *msg) {
+    if (msg->hdr.flags & MPRI_FLAG_ERROR) {
+        mpri_reader_t r;
+        mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+        uint32_t code;
+        const void *text;
+        size_t len;
+        if (mpri_read_u32(&r, &code) || mpri_read_blob(&r, &text, &len) || code == 0 ||
+            code >= MPR_ERR_COUNT) {
+            mpri_future_complete(f, MPR_ERR_DECODE, "malformed error reply", NULL);
+            return;
+        }
+        char *message = strndup(text, len);
+        mpri_future_complete(f, (mpr_err_t)code, message ? message : "remote error", NULL);
+        free(message);
+        return;
+    }
+    mpr_value_t *v = NULL;
+    mpr_err_t e = mpri_msg_decode_value(msg, 0, &v);
+    if (e)
+        mpri_future_complete(f, e, mpr_last_error(), NULL);
+    else
+        mpri_future_complete(f, MPR_OK, NULL, v);
+}
+
+/* ---- dispatch ---- */
+
+static void run_handler_task(void *arg) {
+    mpri_msg_t *msg = arg;
+    handlers[msg->hdr.kind].fn(msg);
+}
+
+static void drop_handler_task(void *arg) {
+    mpri_msg_t *msg = arg;
+    mpri_msg_done(msg);
+}
+
+void mpri_dispatch(mpri_msg_t *msg) {
+    if (msg->hdr.flags & MPRI_FLAG_RESPONSE) {
+        mpr_future_t *f = mpri_pending_take(msg->hdr.request_id);
+        if (f) { /* else: a late reply to a request that timed out */
+            complete_from_response(f, msg);
+            mpr_future_release(f);
+        }
+        mpri_msg_done(msg);
+        return;
+    }
+    handler_entry_t h = handlers[msg->hdr.kind];
+    if (!h.fn) {
+        char text[256];
+        snprintf(text, sizeof text, "On %s: no handler for message kind '%s'",
+                 mpri_rt.workers[mpri_rt.rank].name, mpri_msg_kind_name(msg->hdr.kind));
+        mpri_reply_error(msg, MPR_ERR_UNSUPPORTED, text);
+        mpri_msg_done(msg);
+        return;
+    }
+    if (h.run_inline) {
+        h.fn(msg);
+        return;
+    }
+    if (mpri_pool_submit(run_handler_task, drop_handler_task, msg) != MPR_OK) {
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "worker pool queue is full");
+        mpri_msg_done(msg);
+    }
+}

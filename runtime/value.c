@@ -1,0 +1,348 @@
+/* value.c — construction, sharing, access and comparison of values.
+ *
+ * Invariants: refcounts are atomic; the none value is a single immortal
+ * object (no allocation on the no-op RPC path); a list owns one reference to
+ * each item; string values are always NUL-terminated; opaque kinds (RRef,
+ * object) are retained/released only through their registered hooks. */
+#include "mpri_value.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_tensor.h"
+
+static mpr_value_t none_value = {.kind = MPR_VALUE_NONE, .immortal = true};
+static const mpri_opaque_value_ops_t *opaque_ops[MPR_VALUE_KIND_COUNT];
+
+static const char *const kind_names[MPR_VALUE_KIND_COUNT] = {
+    "none", "bool", "int", "double", "string", "bytes", "tensor", "worker", "list", "rref", "object"};
+
+const char *mpr_value_kind_name(mpr_value_kind_t kind) {
+    if ((int)kind < 0 || kind >= MPR_VALUE_KIND_COUNT) return "?";
+    return kind_names[kind];
+}
+
+void mpri_value_set_opaque_ops(mpr_value_kind_t kind, const mpri_opaque_value_ops_t *ops) {
+    opaque_ops[kind] = ops;
+}
+
+const mpri_opaque_value_ops_t *mpri_value_opaque_ops(mpr_value_kind_t kind) {
+    return opaque_ops[kind];
+}
+
+static mpr_value_t *value_alloc(mpr_value_kind_t kind) {
+    mpr_value_t *v = calloc(1, sizeof *v);
+    if (!v) {
+        mpr_error_set(MPR_ERR_NOMEM, "value: out of memory");
+        return NULL;
+    }
+    v->kind = kind;
+    atomic_init(&v->refcount, 1);
+    return v;
+}
+
+mpr_value_t *mpr_value_new_none(void) { return &none_value; }
+
+mpr_value_t *mpr_value_new_bool(bool b) {
+    mpr_value_t *v = value_alloc(MPR_VALUE_BOOL);
+    if (v) v->u.b = b;
+    return v;
+}
+
+mpr_value_t *mpr_value_new_int(int64_t i) {
+    mpr_value_t *v = value_alloc(MPR_VALUE_INT);
+    if (v) v->u.i = i;
+    return v;
+}
+
+mpr_value_t *mpr_value_new_double(double d) {
+    mpr_value_t *v = value_alloc(MPR_VALUE_DOUBLE);
+    if (v) v->u.d = d;
+    return v;
+}
+
+static mpr_value_t *new_bytes_kind(mpr_value_kind_t kind, const void *data, size_t len) {
+    if (!data && len) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL data with length %zu", len);
+        return NULL;
+    }
+    mpr_value_t *v = value_alloc(kind);
+    if (!v) return NULL;
+    v->u.bytes.data = malloc(len + 1);
+    if (!v->u.bytes.data) {
+        free(v);
+        mpr_error_set(MPR_ERR_NOMEM, "value: out of memory for %zu bytes", len);
+        return NULL;
+    }
+    if (len) memcpy(v->u.bytes.data, data, len);
+    v->u.bytes.data[len] = '\0';
+    v->u.bytes.len = len;
+    return v;
+}
+
+mpr_value_t *mpr_value_new_string(const char *s) {
+    if (!s) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL string");
+        return NULL;
+    }
+    return new_bytes_kind(MPR_VALUE_STRING, s, strlen(s));
+}
+
+mpr_value_t *mpr_value_new_bytes(const void *data, size_t len) {
+    return new_bytes_kind(MPR_VALUE_BYTES, data, len);
+}
+
+mpr_value_t *mpr_value_new_tensor(mpr_tensor_t *t) {
+    if (!t) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL tensor");
+        return NULL;
+    }
+    mpr_value_t *v = value_alloc(MPR_VALUE_TENSOR);
+    if (v) v->u.tensor = mpr_tensor_retain(t);
+    return v;
+}
+
+mpr_value_t *mpr_value_new_worker(const mpr_worker_info_t *w) {
+    if (!w) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL worker info");
+        return NULL;
+    }
+    mpr_value_t *v = value_alloc(MPR_VALUE_WORKER);
+    if (v) {
+        v->u.worker = *w;
+        v->u.worker.name[MPR_MAX_NAME_LEN - 1] = '\0';
+    }
+    return v;
+}
+
+mpr_value_t *mpr_value_new_list(void) { return value_alloc(MPR_VALUE_LIST); }
+
+mpr_value_t *mpri_value_new_opaque(mpr_value_kind_t kind, void *p) {
+    mpr_value_t *v = value_alloc(kind);
+    if (v) v->u.opaque = p;
+    return v;
+}
+
+mpr_value_t *mpr_value_list_of(int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    mpr_value_t **items = calloc(n > 0 ? (size_t)n : 1, sizeof *items);
+    bool ok = items != NULL;
+    for (int i = 0; i < n; i++) {
+        mpr_value_t *item = va_arg(ap, mpr_value_t *);
+        if (items) items[i] = item;
+        if (!item) ok = false;
+    }
+    va_end(ap);
+    mpr_value_t *list = ok ? value_alloc(MPR_VALUE_LIST) : NULL;
+    if (!list) {
+        if (items)
+            for (int i = 0; i < n; i++) mpr_value_release(items[i]);
+        free(items);
+        if (ok) return NULL; /* value_alloc set the error */
+        mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_list_of: an item is NULL");
+        return NULL;
+    }
+    list->u.list.items = items;
+    list->u.list.len = list->u.list.cap = (size_t)n;
+    return list;
+}
+
+mpr_value_t *mpr_value_retain(mpr_value_t *v) {
+    if (v && !v->immortal) atomic_fetch_add_explicit(&v->refcount, 1, memory_order_relaxed);
+    return v;
+}
+
+void mpr_value_release(mpr_value_t *v) {
+    if (!v || v->immortal) return;
+    if (atomic_fetch_sub_explicit(&v->refcount, 1, memory_order_acq_rel) != 1) return;
+    switch (v->kind) {
+    case MPR_VALUE_STRING:
+    case MPR_VALUE_BYTES: free(v->u.bytes.data); break;
+    case MPR_VALUE_TENSOR: mpr_tensor_release(v->u.tensor); break;
+    case MPR_VALUE_LIST:
+        for (size_t i = 0; i < v->u.list.len; i++) mpr_value_release(v->u.list.items[i]);
+        free(v->u.list.items);
+        break;
+    case MPR_VALUE_RREF:
+    case MPR_VALUE_OBJECT:
+        if (opaque_ops[v->kind] && v->u.opaque) opaque_ops[v->kind]->release(v->u.opaque);
+        break;
+    default: break;
+    }
+    free(v);
+}
+
+mpr_value_kind_t mpr_value_kind(const mpr_value_t *v) { return v ? v->kind : MPR_VALUE_NONE; }
+
+static mpr_err_t kind_mismatch(const mpr_value_t *v, mpr_value_kind_t want) {
+    return mpr_error_set(MPR_ERR_TYPE, "expected a %s value, got %s", kind_names[want],
+                         v ? mpr_value_kind_name(v->kind) : "NULL");
+}
+
+mpr_err_t mpr_value_get_bool(const mpr_value_t *v, bool *out) {
+    if (!v || v->kind != MPR_VALUE_BOOL) return kind_mismatch(v, MPR_VALUE_BOOL);
+    *out = v->u.b;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_value_get_int(const mpr_value_t *v, int64_t *out) {
+    if (!v || v->kind != MPR_VALUE_INT) return kind_mismatch(v, MPR_VALUE_INT);
+    *out = v->u.i;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_value_get_double(const mpr_value_t *v, double *out) {
+    if (v && v->kind == MPR_VALUE_INT) {
+        *out = (double)v->u.i;
+        return MPR_OK;
+    }
+    if (!v || v->kind != MPR_VALUE_DOUBLE) return kind_mismatch(v, MPR_VALUE_DOUBLE);
+    *out = v->u.d;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_value_get_string(const mpr_value_t *v, const char **out) {
+    if (!v || v->kind != MPR_VALUE_STRING) return kind_mismatch(v, MPR_VALUE_STRING);
+    *out = v->u.bytes.data;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_value_get_bytes(const mpr_value_t *v, const void **data, size_t *len) {
+    if (!v || (v->kind != MPR_VALUE_BYTES && v->kind != MPR_VALUE_STRING))
+        return kind_mismatch(v, MPR_VALUE_BYTES);
+    *data = v->u.bytes.data;
+    *len = v->u.bytes.len;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_value_get_tensor(const mpr_value_t *v, mpr_tensor_t **out) {
+    if (!v || v->kind != MPR_VALUE_TENSOR) return kind_mismatch(v, MPR_VALUE_TENSOR);
+    *out = v->u.tensor;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_value_get_worker(const mpr_value_t *v, mpr_worker_info_t *out) {
+    if (!v || v->kind != MPR_VALUE_WORKER) return kind_mismatch(v, MPR_VALUE_WORKER);
+    *out = v->u.worker;
+    return MPR_OK;
+}
+
+size_t mpr_value_list_len(const mpr_value_t *v) {
+    return v && v->kind == MPR_VALUE_LIST ? v->u.list.len : 0;
+}
+
+mpr_value_t *mpr_value_list_get(const mpr_value_t *v, size_t i) {
+    if (!v || v->kind != MPR_VALUE_LIST) {
+        kind_mismatch(v, MPR_VALUE_LIST);
+        return NULL;
+    }
+    if (i >= v->u.list.len) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "list index %zu out of range (length %zu)", i,
+                      v->u.list.len);
+        return NULL;
+    }
+    return v->u.list.items[i];
+}
+
+mpr_err_t mpr_value_list_append(mpr_value_t *list, mpr_value_t *item) {
+    if (!item) {
+        mpr_err_t code = mpr_last_error_code();
+        if (code == MPR_OK) code = MPR_ERR_INVALID_ARG;
+        return mpr_error_set(code, "list append: item is NULL (%s)", mpr_last_error());
+    }
+    if (!list || list->kind != MPR_VALUE_LIST) {
+        mpr_value_release(item);
+        return kind_mismatch(list, MPR_VALUE_LIST);
+    }
+    if (list->u.list.len == list->u.list.cap) {
+        size_t cap = list->u.list.cap ? list->u.list.cap * 2 : 4;
+        mpr_value_t **items = realloc(list->u.list.items, cap * sizeof *items);
+        if (!items) {
+            mpr_value_release(item);
+            return mpr_error_set(MPR_ERR_NOMEM, "list append: out of memory");
+        }
+        list->u.list.items = items;
+        list->u.list.cap = cap;
+    }
+    list->u.list.items[list->u.list.len++] = item;
+    return MPR_OK;
+}
+
+static mpr_err_t args_item(const mpr_value_t *args, size_t i, mpr_value_kind_t want,
+                           const mpr_value_t **out) {
+    if (!args || args->kind != MPR_VALUE_LIST)
+        return mpr_error_set(MPR_ERR_TYPE, "arguments: expected a list, got %s",
+                             args ? mpr_value_kind_name(args->kind) : "no arguments");
+    if (i >= args->u.list.len)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "argument %zu missing (got %zu arguments)", i,
+                             args->u.list.len);
+    const mpr_value_t *v = args->u.list.items[i];
+    bool ok = v->kind == want || (want == MPR_VALUE_DOUBLE && v->kind == MPR_VALUE_INT);
+    if (!ok)
+        return mpr_error_set(MPR_ERR_TYPE, "argument %zu: expected %s, got %s", i,
+                             mpr_value_kind_name(want), mpr_value_kind_name(v->kind));
+    *out = v;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_args_int(const mpr_value_t *args, size_t i, int64_t *out) {
+    const mpr_value_t *v;
+    mpr_err_t e = args_item(args, i, MPR_VALUE_INT, &v);
+    return e ? e : mpr_value_get_int(v, out);
+}
+
+mpr_err_t mpr_args_double(const mpr_value_t *args, size_t i, double *out) {
+    const mpr_value_t *v;
+    mpr_err_t e = args_item(args, i, MPR_VALUE_DOUBLE, &v);
+    return e ? e : mpr_value_get_double(v, out);
+}
+
+mpr_err_t mpr_args_string(const mpr_value_t *args, size_t i, const char **out) {
+    const mpr_value_t *v;
+    mpr_err_t e = args_item(args, i, MPR_VALUE_STRING, &v);
+    return e ? e : mpr_value_get_string(v, out);
+}
+
+mpr_err_t mpr_args_tensor(const mpr_value_t *args, size_t i, mpr_tensor_t **out) {
+    const mpr_value_t *v;
+    mpr_err_t e = args_item(args, i, MPR_VALUE_TENSOR, &v);
+    return e ? e : mpr_value_get_tensor(v, out);
+}
+
+static bool tensor_equal(mpr_tensor_t *a, mpr_tensor_t *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    if (a->storage->device >= 0 || b->storage->device >= 0) return a == b;
+    mpr_tensor_t *ca = mpr_tensor_contiguous(a), *cb = mpr_tensor_contiguous(b);
+    bool eq = ca && cb && memcmp(mpr_tensor_data(ca), mpr_tensor_data(cb), mpr_tensor_nbytes(ca)) == 0;
+    mpr_tensor_release(ca);
+    mpr_tensor_release(cb);
+    return eq;
+}
+
+bool mpr_value_equal(const mpr_value_t *a, const mpr_value_t *b) {
+    if (a == b) return true;
+    if (!a || !b || a->kind != b->kind) return false;
+    switch (a->kind) {
+    case MPR_VALUE_NONE: return true;
+    case MPR_VALUE_BOOL: return a->u.b == b->u.b;
+    case MPR_VALUE_INT: return a->u.i == b->u.i;
+    case MPR_VALUE_DOUBLE: return a->u.d == b->u.d || (a->u.d != a->u.d && b->u.d != b->u.d);
+    case MPR_VALUE_STRING:
+    case MPR_VALUE_BYTES:
+        return a->u.bytes.len == b->u.bytes.len &&
+               memcmp(a->u.bytes.data, b->u.bytes.data, a->u.bytes.len) == 0;
+    case MPR_VALUE_TENSOR: return tensor_equal(a->u.tensor, b->u.tensor);
+    case MPR_VALUE_WORKER:
+        return a->u.worker.rank == b->u.worker.rank && strcmp(a->u.worker.name, b->u.worker.name) == 0;
+    case MPR_VALUE_LIST:
+        if (a->u.list.len != b->u.list.len) return false;
+        for (size_t i = 0; i < a->u.list.len; i++)
+            if (!mpr_value_equal(a->u.list.items[i], b->u.list.items[i])) return false;
+        return true;
+    default: return a->u.opaque == b->u.opaque;
+    }
+}

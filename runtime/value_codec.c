@@ -1,0 +1,265 @@
+/* value_codec.c — encoding and bounds-checked decoding of values.
+ *
+ * Wire form of a value: one kind byte, then
+ *   none: nothing; bool: u8; int: i64; double: f64;
+ *   string/bytes: u32 length + bytes; tensor: u32 index into the tensor list;
+ *   worker: i32 rank + u32 length + name; list: u32 count + items;
+ *   rref/object: whatever the kind's registered hooks write.
+ * Invariants: decoding never reads past the buffer, never recurses deeper
+ * than MPRI_MAX_VALUE_DEPTH, never allocates more list slots than bytes
+ * remain, and rejects unknown kinds and out-of-range tensor indices; on any
+ * failure everything decoded so far is released. The same tensor object
+ * named twice in a value is sent once and decoded as one shared tensor. */
+#include "mpri_codec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_tensor.h"
+
+void mpri_tensor_list_init(mpri_tensor_list_t *l) { memset(l, 0, sizeof *l); }
+
+void mpri_tensor_list_fini(mpri_tensor_list_t *l) {
+    for (uint32_t i = 0; i < l->len; i++) mpr_tensor_release(l->items[i]);
+    free(l->items);
+    free(l->orig);
+    memset(l, 0, sizeof *l);
+}
+
+static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index) {
+    for (uint32_t i = 0; i < l->len; i++)
+        if (l->orig[i] == t) {
+            *index = i;
+            return MPR_OK;
+        }
+    if (mpr_tensor_device(t) >= 0)
+        return mpr_error_set(MPR_ERR_UNSUPPORTED,
+                             "encode: tensor on cuda:%d; move it to the CPU before sending",
+                             mpr_tensor_device(t));
+    if (mpr_tensor_nbytes(t) > MPRI_MAX_TENSOR_BYTES)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: tensor of %zu bytes exceeds the 2 GiB limit",
+                             mpr_tensor_nbytes(t));
+    if (l->len == l->cap) {
+        uint32_t cap = l->cap ? l->cap * 2 : 4;
+        mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
+        if (!items) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+        l->items = items;
+        const mpr_tensor_t **orig = realloc(l->orig, cap * sizeof *orig);
+        if (!orig) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+        l->orig = orig;
+        l->cap = cap;
+    }
+    mpr_tensor_t *c = mpr_tensor_contiguous(t);
+    if (!c) return mpr_last_error_code();
+    l->items[l->len] = c;
+    l->orig[l->len] = t;
+    *index = l->len++;
+    return MPR_OK;
+}
+
+static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_list_t *tensors,
+                            int dst_rank, int depth) {
+    if (!v) return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: NULL value");
+    if (depth > MPRI_MAX_VALUE_DEPTH)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: value nested deeper than %d",
+                             MPRI_MAX_VALUE_DEPTH);
+    mpri_buf_put_u8(out, (uint8_t)v->kind);
+    switch (v->kind) {
+    case MPR_VALUE_NONE: return MPR_OK;
+    case MPR_VALUE_BOOL: mpri_buf_put_u8(out, v->u.b); return MPR_OK;
+    case MPR_VALUE_INT: mpri_buf_put(out, &v->u.i, 8); return MPR_OK;
+    case MPR_VALUE_DOUBLE: mpri_buf_put(out, &v->u.d, 8); return MPR_OK;
+    case MPR_VALUE_STRING:
+    case MPR_VALUE_BYTES:
+        if (v->u.bytes.len > UINT32_MAX)
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: %s of %zu bytes is too long",
+                                 mpr_value_kind_name(v->kind), v->u.bytes.len);
+        mpri_buf_put_blob(out, v->u.bytes.data, v->u.bytes.len);
+        return MPR_OK;
+    case MPR_VALUE_TENSOR: {
+        uint32_t index = 0;
+        mpr_err_t e = tensor_list_add(tensors, v->u.tensor, &index);
+        if (e) return e;
+        mpri_buf_put_u32(out, index);
+        return MPR_OK;
+    }
+    case MPR_VALUE_WORKER: {
+        int32_t rank = v->u.worker.rank;
+        mpri_buf_put(out, &rank, 4);
+        mpri_buf_put_blob(out, v->u.worker.name, strlen(v->u.worker.name));
+        return MPR_OK;
+    }
+    case MPR_VALUE_LIST:
+        if (v->u.list.len > UINT32_MAX)
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: list too long");
+        mpri_buf_put_u32(out, (uint32_t)v->u.list.len);
+        for (size_t i = 0; i < v->u.list.len; i++) {
+            mpr_err_t e = encode_rec(v->u.list.items[i], out, tensors, dst_rank, depth + 1);
+            if (e) return e;
+        }
+        return MPR_OK;
+    case MPR_VALUE_RREF:
+    case MPR_VALUE_OBJECT: {
+        const mpri_opaque_value_ops_t *ops = mpri_value_opaque_ops(v->kind);
+        if (!ops || !ops->encode)
+            return mpr_error_set(MPR_ERR_UNSUPPORTED,
+                                 "encode: %s values cannot be sent (an object lives on its owner; "
+                                 "share it through an RRef)",
+                                 mpr_value_kind_name(v->kind));
+        return ops->encode(v->u.opaque, out, dst_rank);
+    }
+    default: return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: unknown value kind %d", (int)v->kind);
+    }
+}
+
+mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_list_t *tensors,
+                            int dst_rank) {
+    mpr_err_t e = encode_rec(v, out, tensors, dst_rank, 0);
+    if (!e && out->failed) e = mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+    return e;
+}
+
+void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out) {
+    for (uint32_t i = 0; i < tensors->len; i++) {
+        const mpr_tensor_t *t = tensors->items[i];
+        mpri_buf_put_u8(out, (uint8_t)t->dtype);
+        mpri_buf_put_u8(out, (uint8_t)t->ndim);
+        mpri_buf_put(out, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    }
+}
+
+mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out) {
+    mpr_err_t e = MPR_OK;
+    uint32_t made = 0;
+    for (; made < count; made++) {
+        uint8_t dtype, ndim;
+        int64_t shape[MPR_MAX_DIMS];
+        if ((e = mpri_read_u8(in, &dtype)) || (e = mpri_read_u8(in, &ndim))) break;
+        if (dtype >= MPR_DTYPE_COUNT || ndim > MPR_MAX_DIMS) {
+            e = mpr_error_set(MPR_ERR_DECODE, "tensor %u: bad descriptor (dtype %u, ndim %u)", made,
+                              dtype, ndim);
+            break;
+        }
+        if ((e = mpri_read(in, shape, sizeof(int64_t) * ndim))) break;
+        int64_t numel;
+        if (mpri_tensor_check_shape("decode", dtype, ndim, shape, &numel) ||
+            (uint64_t)numel * mpr_dtype_size(dtype) > MPRI_MAX_TENSOR_BYTES) {
+            e = mpr_error_set(MPR_ERR_DECODE, "tensor %u: invalid or oversized shape", made);
+            break;
+        }
+        out[made] = mpr_tensor_empty(dtype, ndim, shape);
+        if (!out[made]) {
+            e = mpr_last_error_code();
+            break;
+        }
+    }
+    if (e)
+        for (uint32_t i = 0; i < made; i++) {
+            mpr_tensor_release(out[i]);
+            out[i] = NULL;
+        }
+    return e;
+}
+
+static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
+                            int src_rank, int depth, mpr_value_t **out) {
+    if (depth > MPRI_MAX_VALUE_DEPTH)
+        return mpr_error_set(MPR_ERR_DECODE, "value nested deeper than %d", MPRI_MAX_VALUE_DEPTH);
+    uint8_t kind;
+    mpr_err_t e = mpri_read_u8(in, &kind);
+    if (e) return e;
+    mpr_value_t *v = NULL;
+    switch (kind) {
+    case MPR_VALUE_NONE: v = mpr_value_new_none(); break;
+    case MPR_VALUE_BOOL: {
+        uint8_t b;
+        if ((e = mpri_read_u8(in, &b))) return e;
+        if (b > 1) return mpr_error_set(MPR_ERR_DECODE, "bool value %u", b);
+        v = mpr_value_new_bool(b);
+        break;
+    }
+    case MPR_VALUE_INT: {
+        int64_t i;
+        if ((e = mpri_read(in, &i, 8))) return e;
+        v = mpr_value_new_int(i);
+        break;
+    }
+    case MPR_VALUE_DOUBLE: {
+        double d;
+        if ((e = mpri_read(in, &d, 8))) return e;
+        v = mpr_value_new_double(d);
+        break;
+    }
+    case MPR_VALUE_STRING:
+    case MPR_VALUE_BYTES: {
+        const void *data;
+        size_t len;
+        if ((e = mpri_read_blob(in, &data, &len))) return e;
+        if (kind == MPR_VALUE_STRING && memchr(data, 0, len))
+            return mpr_error_set(MPR_ERR_DECODE, "string contains a NUL byte");
+        v = mpr_value_new_bytes(data, len);
+        if (v) v->kind = kind; /* strings are NUL-terminated bytes */
+        break;
+    }
+    case MPR_VALUE_TENSOR: {
+        uint32_t index;
+        if ((e = mpri_read_u32(in, &index))) return e;
+        if (index >= ntensors)
+            return mpr_error_set(MPR_ERR_DECODE, "tensor index %u out of range (%u tensors)", index,
+                                 ntensors);
+        v = mpr_value_new_tensor(tensors[index]);
+        break;
+    }
+    case MPR_VALUE_WORKER: {
+        int32_t rank;
+        const void *name;
+        size_t len;
+        if ((e = mpri_read(in, &rank, 4)) || (e = mpri_read_blob(in, &name, &len))) return e;
+        if (len >= MPR_MAX_NAME_LEN || rank < 0)
+            return mpr_error_set(MPR_ERR_DECODE, "worker info: bad rank %d or name length %zu",
+                                 rank, len);
+        mpr_worker_info_t w = {.rank = rank};
+        memcpy(w.name, name, len);
+        v = mpr_value_new_worker(&w);
+        break;
+    }
+    case MPR_VALUE_LIST: {
+        uint32_t count;
+        if ((e = mpri_read_u32(in, &count))) return e;
+        if (count > in->left)
+            return mpr_error_set(MPR_ERR_DECODE, "list of %u items in %zu bytes", count, in->left);
+        v = mpr_value_new_list();
+        if (!v) return mpr_last_error_code();
+        for (uint32_t i = 0; i < count; i++) {
+            mpr_value_t *item;
+            if ((e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, &item)) ||
+                (e = mpr_value_list_append(v, item))) {
+                mpr_value_release(v);
+                return e;
+            }
+        }
+        break;
+    }
+    case MPR_VALUE_RREF:
+    case MPR_VALUE_OBJECT: {
+        const mpri_opaque_value_ops_t *ops = mpri_value_opaque_ops(kind);
+        if (!ops || !ops->decode)
+            return mpr_error_set(MPR_ERR_DECODE, "%s value received but no decoder is registered",
+                                 mpr_value_kind_name(kind));
+        void *p;
+        if ((e = ops->decode(in, src_rank, &p))) return e;
+        v = mpri_value_new_opaque(kind, p);
+        if (!v) ops->release(p);
+        break;
+    }
+    default: return mpr_error_set(MPR_ERR_DECODE, "unknown value kind %u", kind);
+    }
+    if (!v) return mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
+    *out = v;
+    return MPR_OK;
+}
+
+mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
+                            int src_rank, mpr_value_t **out) {
+    return decode_rec(in, tensors, ntensors, src_rank, 0, out);
+}

@@ -1,0 +1,48 @@
+/* wire.c — header validation, message kind names and the name hash.
+ *
+ * Invariant: a header that passes mpri_wire_header_read() has a known kind,
+ * our magic and version, and a body that fits inside the received bytes; the
+ * tensor descriptors are whatever follows the body (checked by their decoder). */
+#include "mpri_wire.h"
+
+#include <string.h>
+
+static const char *const kind_names[] = {
+#define MPRI_X_NAME(kind, name) name,
+    MPRI_MSG_KIND_LIST(MPRI_X_NAME)
+#undef MPRI_X_NAME
+};
+
+const char *mpri_msg_kind_name(int kind) {
+    if (kind < 0 || kind >= MPRI_MSG_KIND_COUNT) return "unknown";
+    return kind_names[kind];
+}
+
+mpr_err_t mpri_wire_header_read(const void *data, size_t len, mpri_wire_header_t *out) {
+    if (len < sizeof *out)
+        return mpr_error_set(MPR_ERR_DECODE, "message of %zu bytes is shorter than the %zu-byte header",
+                             len, sizeof *out);
+    memcpy(out, data, sizeof *out);
+    if (out->magic != MPRI_WIRE_MAGIC)
+        return mpr_error_set(MPR_ERR_DECODE, "bad magic 0x%04x", out->magic);
+    if (out->version != MPRI_WIRE_VERSION)
+        return mpr_error_set(MPR_ERR_DECODE, "wire version %u, expected %u", out->version,
+                             MPRI_WIRE_VERSION);
+    if (out->kind >= MPRI_MSG_KIND_COUNT)
+        return mpr_error_set(MPR_ERR_DECODE, "unknown message kind %u", out->kind);
+    if (out->body_len > len - sizeof *out)
+        return mpr_error_set(MPR_ERR_DECODE, "body of %u bytes exceeds the %zu received", out->body_len,
+                             len - sizeof *out);
+    if (out->tensor_count > MPRI_MAX_TENSORS_PER_MESSAGE)
+        return mpr_error_set(MPR_ERR_DECODE, "%u tensors in one message", out->tensor_count);
+    return MPR_OK;
+}
+
+uint64_t mpri_hash_name(const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

@@ -1,0 +1,276 @@
+/* world.c — mpr_init: MPI (own or adopted), the private communicators, the
+ * worker names; lookups of workers and destinations; debug info.
+ *
+ * Invariants: every rank gathers every rank's name and validity before
+ * deciding, so a bad or duplicate name fails init on all ranks alike (no
+ * rank is left hanging in a collective); on failure nothing stays allocated
+ * and a self-initialized MPI is finalized. mpri_rt.workers is immutable while
+ * the runtime runs. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_pool.h"
+#include "mpri_runtime.h"
+
+mpri_runtime_t mpri_rt;
+static void (*debug_info_hook)(mpr_debug_info_t *info);
+void (*mpri_before_graceful_hook)(void);
+void (*mpri_after_stop_hook)(void);
+
+void mpri_set_debug_info_hook(void (*hook)(mpr_debug_info_t *info)) { debug_info_hook = hook; }
+
+void mpri_set_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void)) {
+    mpri_before_graceful_hook = before_graceful;
+    mpri_after_stop_hook = after_stop;
+}
+
+void mpr_init_options_default(mpr_init_options_t *opts) {
+    memset(opts, 0, sizeof *opts);
+    opts->num_worker_threads = 4;
+    opts->rpc_timeout_s = 60.0;
+    opts->shutdown_timeout_s = 300.0;
+    opts->comm = MPI_COMM_NULL;
+    opts->progress_thread_pu = -1;
+}
+
+mpr_err_t mpr_validate_worker_name(const char *name) {
+    if (!name) return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name is NULL");
+    size_t len = strlen(name);
+    if (len == 0) return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name is empty");
+    if (len >= MPR_MAX_NAME_LEN)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name '%.32s...' is %zu characters (limit %d)",
+                             name, len, MPR_MAX_NAME_LEN - 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!isalnum(c) && c != '_' && c != ':' && c != '-')
+            return mpr_error_set(MPR_ERR_INVALID_ARG,
+                                 "worker name '%s' has invalid character '%c' at %zu (allowed: "
+                                 "letters, digits, '_', ':', '-')",
+                                 name, isprint(c) ? c : '?', i);
+    }
+    return MPR_OK;
+}
+
+mpr_err_t mpri_check_running(const char *what) {
+    switch (mpri_state()) {
+    case MPRI_RUNNING: return MPR_OK;
+    case MPRI_UNINIT:
+        return mpr_error_set(MPR_ERR_NOT_INITIALIZED, "%s: call mpr_init first", what);
+    case MPRI_STOPPING:
+        if (mpri_on_pool_thread()) return MPR_OK; /* serving work during graceful shutdown */
+        return mpr_error_set(MPR_ERR_SHUTDOWN, "%s: the runtime is shutting down", what);
+    default: return mpr_error_set(MPR_ERR_SHUTDOWN, "%s: the runtime is shut down", what);
+    }
+}
+
+static const char *thread_level_name(int level) {
+    switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "unknown";
+    }
+}
+
+typedef struct {
+    char name[MPR_MAX_NAME_LEN];
+    int32_t valid;
+} name_record_t;
+
+/* Gather names; every rank checks all of them the same way. */
+static mpr_err_t gather_names(const char *my_name) {
+    name_record_t mine = {{0}, 0};
+    mpr_err_t local = mpr_validate_worker_name(my_name);
+    char local_detail[1024];
+    snprintf(local_detail, sizeof local_detail, "%s", mpr_last_error());
+    if (my_name) snprintf(mine.name, sizeof mine.name, "%s", my_name);
+    mine.valid = local == MPR_OK;
+    name_record_t *all = calloc((size_t)mpri_rt.size, sizeof *all);
+    if (!all) return mpr_error_set(MPR_ERR_NOMEM, "mpr_init: out of memory");
+    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                           mpri_rt.ctrl_comm);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return mpr_error_set(MPR_ERR_MPI, "mpr_init: gathering worker names failed");
+    }
+    mpr_err_t e = MPR_OK;
+    for (int r = 0; r < mpri_rt.size && !e; r++) {
+        if (!all[r].valid)
+            e = r == mpri_rt.rank ? mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_init: rank %d: %s", r, local_detail)
+                                  : mpr_error_set(MPR_ERR_INVALID_ARG,
+                                                  "mpr_init: rank %d has an invalid worker name '%s'", r,
+                                                  all[r].name);
+    }
+    for (int a = 0; a < mpri_rt.size && !e; a++)
+        for (int b = a + 1; b < mpri_rt.size && !e; b++)
+            if (strcmp(all[a].name, all[b].name) == 0)
+                e = mpr_error_set(MPR_ERR_INVALID_ARG,
+                                  "mpr_init: duplicate worker name '%s' on ranks %d and %d", all[a].name, a, b);
+    if (e) {
+        free(all);
+        return e;
+    }
+    mpri_rt.workers = calloc((size_t)mpri_rt.size, sizeof *mpri_rt.workers);
+    if (!mpri_rt.workers) {
+        free(all);
+        return mpr_error_set(MPR_ERR_NOMEM, "mpr_init: out of memory");
+    }
+    for (int r = 0; r < mpri_rt.size; r++) {
+        memcpy(mpri_rt.workers[r].name, all[r].name, MPR_MAX_NAME_LEN);
+        mpri_rt.workers[r].rank = r;
+    }
+    free(all);
+    return MPR_OK;
+}
+
+static void release_comms(void) {
+    if (mpri_rt.comm != MPI_COMM_NULL) MPI_Comm_free(&mpri_rt.comm);
+    if (mpri_rt.ctrl_comm != MPI_COMM_NULL) MPI_Comm_free(&mpri_rt.ctrl_comm);
+}
+
+mpr_err_t mpr_init(const mpr_init_options_t *user_opts) {
+    mpr_init_options_t opts;
+    if (user_opts)
+        opts = *user_opts;
+    else
+        mpr_init_options_default(&opts);
+    int state = mpri_state();
+    if (state == MPRI_RUNNING || state == MPRI_STOPPING)
+        return mpr_error_set(MPR_ERR_ALREADY_INITIALIZED, "mpr_init: already initialized");
+    if (opts.num_worker_threads < 0 || opts.num_worker_threads > 1024 || opts.rpc_timeout_s < 0 ||
+        opts.shutdown_timeout_s < 0)
+        return mpr_error_set(MPR_ERR_INVALID_ARG,
+                             "mpr_init: num_worker_threads must be in [0, 1024] and timeouts >= 0");
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized) return mpr_error_set(MPR_ERR_SHUTDOWN, "mpr_init: MPI is already finalized");
+
+    memset(&mpri_rt, 0, sizeof mpri_rt);
+    mpri_rt.comm = mpri_rt.ctrl_comm = MPI_COMM_NULL;
+    int provided = 0;
+    if (!initialized) {
+        if (MPI_Init_thread(opts.argc, opts.argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+            return mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Init_thread failed");
+        mpri_rt.own_mpi = true;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    mpr_err_t e = MPR_OK;
+    if (provided < MPI_THREAD_MULTIPLE) {
+        e = mpr_error_set(MPR_ERR_MPI,
+                          "mpr_init: MPI provides %s but mpirpc needs MPI_THREAD_MULTIPLE (its progress "
+                          "thread and your threads call MPI concurrently); initialize MPI with "
+                          "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)",
+                          thread_level_name(provided));
+        goto fail;
+    }
+    MPI_Comm base = opts.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : opts.comm;
+    if (MPI_Comm_dup(base, &mpri_rt.comm) != MPI_SUCCESS ||
+        MPI_Comm_dup(base, &mpri_rt.ctrl_comm) != MPI_SUCCESS) {
+        e = mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Comm_dup failed");
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(mpri_rt.comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(mpri_rt.ctrl_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(mpri_rt.comm, &mpri_rt.rank);
+    MPI_Comm_size(mpri_rt.comm, &mpri_rt.size);
+    int *tag_ub = NULL, flag = 0;
+    MPI_Comm_get_attr(mpri_rt.comm, MPI_TAG_UB, &tag_ub, &flag);
+    mpri_rt.tag_ub = flag && tag_ub ? *tag_ub : 32767;
+
+    char default_name[32];
+    snprintf(default_name, sizeof default_name, "worker%d", mpri_rt.rank);
+    if ((e = gather_names(opts.name ? opts.name : default_name))) goto fail;
+
+    mpri_rt.num_worker_threads = opts.num_worker_threads ? opts.num_worker_threads : 4;
+    mpri_rt.default_timeout_s = opts.rpc_timeout_s;
+    mpri_rt.progress_pu = opts.progress_thread_pu;
+    atomic_store(&mpri_rt.next_request_id, 1);
+    extern double mpri_shutdown_timeout_s;
+    mpri_shutdown_timeout_s = opts.shutdown_timeout_s;
+    atomic_store(&mpri_rt.state, MPRI_RUNNING);
+    if ((e = mpri_pool_start(mpri_rt.num_worker_threads))) goto fail_running;
+    if ((e = mpri_progress_start())) {
+        mpri_pool_stop();
+        goto fail_running;
+    }
+    return MPR_OK;
+
+fail_running:
+    atomic_store(&mpri_rt.state, MPRI_UNINIT);
+fail:
+    free(mpri_rt.workers);
+    mpri_rt.workers = NULL;
+    release_comms();
+    if (mpri_rt.own_mpi) MPI_Finalize();
+    mpri_rt.own_mpi = false;
+    return e;
+}
+
+bool mpr_is_running(void) { return mpri_state() == MPRI_RUNNING; }
+
+int mpr_world_size(void) { return mpri_state() == MPRI_RUNNING ? mpri_rt.size : 0; }
+
+mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out) {
+    mpr_err_t e = mpri_check_running("mpr_get_worker_info_by_rank");
+    if (e) return e;
+    if (rank < 0 || rank >= mpri_rt.size)
+        return mpr_error_set(MPR_ERR_NOT_FOUND, "no worker with rank %d (world size %d)", rank,
+                             mpri_rt.size);
+    *out = mpri_rt.workers[rank];
+    return MPR_OK;
+}
+
+mpr_err_t mpr_get_worker_info(const char *name, mpr_worker_info_t *out) {
+    mpr_err_t e = mpri_check_running("mpr_get_worker_info");
+    if (e) return e;
+    if (!name) return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name is NULL");
+    for (int r = 0; r < mpri_rt.size; r++)
+        if (strcmp(mpri_rt.workers[r].name, name) == 0) {
+            *out = mpri_rt.workers[r];
+            return MPR_OK;
+        }
+    return mpr_error_set(MPR_ERR_NOT_FOUND, "no worker named '%s'", name);
+}
+
+mpr_err_t mpr_get_self_worker_info(mpr_worker_info_t *out) {
+    mpr_err_t e = mpri_check_running("mpr_get_self_worker_info");
+    if (e) return e;
+    *out = mpri_rt.workers[mpri_rt.rank];
+    return MPR_OK;
+}
+
+mpr_err_t mpr_dest_rank(mpr_dest_t to, int *rank) {
+    if (to.kind == MPR_DEST_NAME) {
+        mpr_worker_info_t w;
+        mpr_err_t e = mpr_get_worker_info(to.name, &w);
+        if (e) return e;
+        *rank = w.rank;
+        return MPR_OK;
+    }
+    if (to.rank < 0 || to.rank >= mpri_rt.size)
+        return mpr_error_set(MPR_ERR_NOT_FOUND, "no worker with rank %d (world size %d)", to.rank,
+                             mpri_rt.size);
+    *rank = to.rank;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_get_debug_info(mpr_debug_info_t *out) {
+    if (!out) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_get_debug_info: NULL");
+    memset(out, 0, sizeof *out);
+    out->rank = mpri_rt.rank;
+    out->world_size = mpri_rt.size;
+    out->num_worker_threads = mpri_rt.num_worker_threads;
+    snprintf(out->progress_binding, sizeof out->progress_binding, "%s", mpri_rt.progress_binding);
+    out->pending_requests = mpri_pending_count();
+    out->pool_busy = mpri_pool_busy();
+    out->progress_busy = mpri_progress_busy();
+    out->msgs_sent = atomic_load(&mpri_rt.msgs_sent);
+    out->msgs_processed = atomic_load(&mpri_rt.msgs_processed);
+    if (debug_info_hook) debug_info_hook(out);
+    return MPR_OK;
+}

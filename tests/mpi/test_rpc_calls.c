@@ -1,0 +1,332 @@
+/* test_rpc_calls.c — rpc_sync/rpc_async between ranks: results, then-chains,
+ * self-calls, remote errors, unknown functions, timeouts, tensors, nested and
+ * async-execution chains. Run with 2, 3 and 4 ranks. */
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "mpitest.h"
+
+static int rank, size;
+
+static mpr_err_t fn_add(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    int64_t a, b;
+    mpr_err_t e;
+    if ((e = mpr_args_int(args, 0, &a)) || (e = mpr_args_int(args, 1, &b))) return e;
+    *result = mpr_value_new_int(a + b);
+    return MPR_OK;
+}
+
+static mpr_err_t fn_whoami(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    mpr_worker_info_t self;
+    mpr_get_self_worker_info(&self);
+    *result = mpr_value_list_of(2, mpr_value_new_string(self.name),
+                                mpr_value_new_string(mpr_call_caller(ctx)->name));
+    return MPR_OK;
+}
+
+static mpr_err_t fn_fail(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    return mpr_error_set(MPR_ERR_INVALID_ARG, "the handler refuses: %s", "bad input 42");
+}
+
+static mpr_err_t fn_sleep(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    double s;
+    mpr_err_t e = mpr_args_double(args, 0, &s);
+    if (e) return e;
+    usleep((useconds_t)(s * 1e6));
+    *result = mpr_value_new_string("slept");
+    return MPR_OK;
+}
+
+static mpr_err_t fn_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    *result = mpr_value_retain((mpr_value_t *)args);
+    return MPR_OK;
+}
+
+/* tensor -> tensor * 2 (f32) */
+static mpr_err_t fn_double_tensor(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    mpr_tensor_t *t;
+    mpr_err_t e = mpr_args_tensor(args, 0, &t);
+    if (e) return e;
+    if (mpr_tensor_dtype(t) != MPR_F32) return mpr_error_set(MPR_ERR_DTYPE, "want float32");
+    mpr_tensor_t *out = mpr_tensor_empty(MPR_F32, mpr_tensor_ndim(t), mpr_tensor_shape(t));
+    const float *src = mpr_tensor_data(t);
+    float *dst = mpr_tensor_data(out);
+    for (int64_t i = 0; i < mpr_tensor_numel(t); i++) dst[i] = 2 * src[i];
+    *result = mpr_value_new_tensor(out);
+    mpr_tensor_release(out);
+    return MPR_OK;
+}
+
+/* Nested: depth d on rank r calls depth d-1 on rank (r+1)%size, sync inside a handler. */
+static mpr_err_t fn_nested(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    int64_t depth;
+    mpr_err_t e = mpr_args_int(args, 0, &depth);
+    if (e) return e;
+    if (depth == 0) {
+        *result = mpr_value_new_int(0);
+        return MPR_OK;
+    }
+    mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_int(depth - 1));
+    mpr_value_t *r = NULL;
+    e = mpr_rpc_sync(mpr_to_rank((rank + 1) % size), "nested", a, MPR_TIMEOUT_DEFAULT, &r);
+    mpr_value_release(a);
+    if (e) return e;
+    int64_t below;
+    e = mpr_value_get_int(r, &below);
+    mpr_value_release(r);
+    if (e) return e;
+    *result = mpr_value_new_int(below + 1);
+    return MPR_OK;
+}
+
+/* Async execution: depth d forwards to the next rank and returns a future
+ * chained with +1, holding no thread while the chain is in flight. */
+static mpr_err_t add_one(mpr_future_t *parent, void *unused, mpr_value_t **result) {
+    mpr_value_t *v;
+    mpr_err_t e = mpr_future_get(parent, 0, &v);
+    if (e) return e;
+    int64_t i;
+    e = mpr_value_get_int(v, &i);
+    mpr_value_release(v);
+    if (e) return e;
+    *result = mpr_value_new_int(i + 1);
+    return MPR_OK;
+}
+
+static mpr_err_t fn_async_chain(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_future_t **out) {
+    int64_t depth;
+    mpr_err_t e = mpr_args_int(args, 0, &depth);
+    if (e) return e;
+    if (depth == 0) {
+        *out = mpr_future_create();
+        mpr_future_set_result(*out, mpr_value_new_int(0));
+        return MPR_OK;
+    }
+    mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_int(depth - 1));
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank((rank + 1) % size), "async_chain", a, MPR_TIMEOUT_DEFAULT);
+    mpr_value_release(a);
+    *out = mpr_future_then(f, add_one, NULL);
+    mpr_future_release(f);
+    return MPR_OK;
+}
+
+static void test_sync_and_names(void) {
+    if (rank != 0) return;
+    for (int dst = 0; dst < size; dst++) {
+        mpr_value_t *args = ints2(40, dst), *r = NULL;
+        CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "add", args, MPR_TIMEOUT_DEFAULT, &r));
+        int64_t sum;
+        CHECK_OK(mpr_value_get_int(r, &sum));
+        CHECK(sum == 40 + dst);
+        mpr_value_release(r);
+        mpr_value_release(args);
+    }
+    /* destinations by name and by worker info */
+    mpr_worker_info_t w;
+    CHECK_OK(mpr_get_worker_info("worker1", &w));
+    CHECK(w.rank == 1);
+    mpr_value_t *r = NULL;
+    CHECK_OK(mpr_rpc_sync(mpr_to_name("worker1"), "whoami", NULL, 0, &r));
+    const char *callee, *caller;
+    CHECK_OK(mpr_value_get_string(mpr_value_list_get(r, 0), &callee));
+    CHECK_OK(mpr_value_get_string(mpr_value_list_get(r, 1), &caller));
+    CHECK(strcmp(callee, "worker1") == 0 && strcmp(caller, "worker0") == 0);
+    mpr_value_release(r);
+    CHECK_OK(mpr_rpc_sync(mpr_to_worker(&w), "whoami", NULL, 0, &r));
+    mpr_value_release(r);
+    /* unknown destination */
+    CHECK_ERR(mpr_rpc_sync(mpr_to_name("nobody"), "whoami", NULL, 0, &r), MPR_ERR_NOT_FOUND);
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(size), "whoami", NULL, 0, &r), MPR_ERR_NOT_FOUND);
+}
+
+static void test_async_and_then(void) {
+    enum { N = 200 };
+    mpr_future_t *fs[N];
+    for (int i = 0; i < N; i++) {
+        mpr_value_t *args = ints2(i, rank);
+        mpr_future_t *f = mpr_rpc_async(mpr_to_rank(i % size), "add", args, MPR_TIMEOUT_DEFAULT);
+        fs[i] = mpr_future_then(f, add_one, NULL);
+        mpr_future_release(f);
+        mpr_value_release(args);
+    }
+    CHECK_OK(mpr_future_wait_all(N, fs, 30));
+    for (int i = 0; i < N; i++) {
+        mpr_value_t *v;
+        CHECK_OK(mpr_future_get(fs[i], 0, &v));
+        int64_t x;
+        CHECK_OK(mpr_value_get_int(v, &x));
+        CHECK(x == i + rank + 1);
+        mpr_value_release(v);
+        mpr_future_release(fs[i]);
+    }
+}
+
+static void test_self_call(void) {
+    mpr_value_t *args = ints2(1, 2), *r;
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(rank), "add", args, MPR_TIMEOUT_DEFAULT, &r));
+    int64_t x;
+    CHECK_OK(mpr_value_get_int(r, &x));
+    CHECK(x == 3);
+    mpr_value_release(r);
+    mpr_value_release(args);
+    /* tensors to self come back without MPI */
+    int64_t shape[1] = {5};
+    mpr_tensor_t *t = mpr_tensor_empty(MPR_F32, 1, shape);
+    for (int i = 0; i < 5; i++) ((float *)mpr_tensor_data(t))[i] = (float)i;
+    args = mpr_value_list_of(1, mpr_value_new_tensor(t));
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(rank), "double_tensor", args, 0, &r));
+    mpr_tensor_t *out;
+    CHECK_OK(mpr_value_get_tensor(r, &out));
+    for (int i = 0; i < 5; i++) CHECK(((float *)mpr_tensor_data(out))[i] == 2.0f * i);
+    mpr_value_release(r);
+    mpr_value_release(args);
+    mpr_tensor_release(t);
+}
+
+static void test_remote_error(void) {
+    int dst = (rank + 1) % size;
+    mpr_value_t *r = NULL;
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "fail", NULL, 0, &r), MPR_ERR_REMOTE);
+    char expect[64];
+    snprintf(expect, sizeof expect, "On worker%d", dst);
+    CHECK_CONTAINS(mpr_last_error(), expect);
+    CHECK_CONTAINS(mpr_last_error(), "'fail'");
+    CHECK_CONTAINS(mpr_last_error(), "the handler refuses: bad input 42");
+    CHECK(r == NULL);
+    /* unknown function: a remote error naming the function and the worker */
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "no_such_fn", NULL, 0, &r), MPR_ERR_UNKNOWN_FUNCTION);
+    CHECK_CONTAINS(mpr_last_error(), "no_such_fn");
+    CHECK_CONTAINS(mpr_last_error(), expect);
+    /* handler argument errors surface too */
+    mpr_value_t *bad = mpr_value_list_of(1, mpr_value_new_string("x"));
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "add", bad, 0, &r), MPR_ERR_REMOTE);
+    CHECK_CONTAINS(mpr_last_error(), "argument 0: expected int, got string");
+    mpr_value_release(bad);
+    /* arguments must be a list */
+    mpr_value_t *notlist = mpr_value_new_int(3);
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "add", notlist, 0, &r), MPR_ERR_TYPE);
+    mpr_value_release(notlist);
+}
+
+static void test_timeout(void) {
+    if (rank != 0) return;
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_double(0.5)), *r = NULL;
+    int64_t t0 = (int64_t)(MPI_Wtime() * 1e3);
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(1), "sleep", args, 0.05, &r), MPR_ERR_TIMEOUT);
+    CHECK_CONTAINS(mpr_last_error(), "timed out");
+    CHECK_CONTAINS(mpr_last_error(), "worker1");
+    CHECK((int64_t)(MPI_Wtime() * 1e3) - t0 < 450);
+    /* the late reply is dropped; the next call still works and gets its own answer */
+    mpr_value_t *args2 = ints2(5, 6);
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(1), "add", args2, 5, &r));
+    int64_t x;
+    CHECK_OK(mpr_value_get_int(r, &x));
+    CHECK(x == 11);
+    mpr_value_release(r);
+    /* a future wait with a timeout leaves the future pending; it still completes */
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(1), "sleep", args, 0);
+    CHECK_ERR(mpr_future_wait(f, 0.02), MPR_ERR_TIMEOUT);
+    CHECK(!mpr_future_done(f));
+    CHECK_OK(mpr_future_get(f, 10, &r));
+    const char *s;
+    CHECK_OK(mpr_value_get_string(r, &s));
+    CHECK(strcmp(s, "slept") == 0);
+    mpr_value_release(r);
+    mpr_future_release(f);
+    mpr_value_release(args2);
+    mpr_value_release(args);
+}
+
+static void test_values_roundtrip(void) {
+    int dst = (rank + 1) % size;
+    int64_t shape[2] = {3, 4};
+    mpr_tensor_t *t = mpr_tensor_empty(MPR_F64, 2, shape);
+    for (int i = 0; i < 12; i++) ((double *)mpr_tensor_data(t))[i] = i * 0.5;
+    mpr_worker_info_t w;
+    mpr_get_self_worker_info(&w);
+    mpr_value_t *inner = mpr_value_list_of(3, mpr_value_new_bool(true), mpr_value_new_double(-2.5),
+                                           mpr_value_new_bytes("\0\1\2", 3));
+    mpr_value_t *args = mpr_value_list_of(7, mpr_value_new_none(), mpr_value_new_int(-7),
+                                          mpr_value_new_string("héllo"), mpr_value_new_tensor(t),
+                                          mpr_value_new_worker(&w), inner, mpr_value_new_tensor(t));
+    mpr_value_t *r = NULL;
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "echo", args, 0, &r));
+    CHECK(mpr_value_equal(args, r));
+    /* the same tensor named twice arrives as one shared tensor */
+    mpr_tensor_t *a, *b;
+    CHECK_OK(mpr_value_get_tensor(mpr_value_list_get(r, 3), &a));
+    CHECK_OK(mpr_value_get_tensor(mpr_value_list_get(r, 6), &b));
+    CHECK(a == b);
+    mpr_value_release(r);
+    mpr_value_release(args);
+    mpr_tensor_release(t);
+}
+
+static void test_large_tensor(void) {
+    if (rank != 0) return;
+    int64_t shape[1] = {4 << 20}; /* 16 MiB of f32 */
+    mpr_tensor_t *t = mpr_tensor_empty(MPR_F32, 1, shape);
+    float *p = mpr_tensor_data(t);
+    for (int64_t i = 0; i < shape[0]; i++) p[i] = (float)(i % 1000);
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_tensor(t)), *r;
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(size - 1), "double_tensor", args, 0, &r));
+    mpr_tensor_t *out;
+    CHECK_OK(mpr_value_get_tensor(r, &out));
+    CHECK(mpr_tensor_numel(out) == shape[0]);
+    const float *q = mpr_tensor_data(out);
+    for (int64_t i = 0; i < shape[0]; i++) CHECK(q[i] == 2.0f * (float)(i % 1000));
+    mpr_value_release(r);
+    mpr_value_release(args);
+    mpr_tensor_release(t);
+}
+
+static void test_nested_chain(void) {
+    if (rank != 0) return;
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(100)), *r;
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(1 % size), "nested", args, 60, &r));
+    int64_t depth;
+    CHECK_OK(mpr_value_get_int(r, &depth));
+    CHECK(depth == 100);
+    mpr_value_release(r);
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(1 % size), "async_chain", args, 60, &r));
+    CHECK_OK(mpr_value_get_int(r, &depth));
+    CHECK(depth == 100);
+    mpr_value_release(r);
+    mpr_value_release(args);
+}
+
+int main(int argc, char **argv) {
+    CHECK_OK(mpr_register_function("add", fn_add, NULL));
+    CHECK_OK(mpr_register_function("whoami", fn_whoami, NULL));
+    CHECK_OK(mpr_register_function("fail", fn_fail, NULL));
+    CHECK_OK(mpr_register_function("sleep", fn_sleep, NULL));
+    CHECK_OK(mpr_register_function("echo", fn_echo, NULL));
+    CHECK_OK(mpr_register_function("double_tensor", fn_double_tensor, NULL));
+    CHECK_OK(mpr_register_function("nested", fn_nested, NULL));
+    CHECK_OK(mpr_register_async_function("async_chain", fn_async_chain, NULL));
+    CHECK_ERR(mpr_register_function("add", fn_add, NULL), MPR_ERR_EXISTS);
+    mpr_init_options_t opts;
+    mpr_init_options_default(&opts);
+    opts.argc = &argc;
+    opts.argv = &argv;
+    opts.num_worker_threads = 1; /* nested chains must complete even with one worker */
+    CHECK_OK(mpr_init(&opts));
+    rank = mpr_get_debug_info(&(mpr_debug_info_t){0}) == MPR_OK ? mpitest_rank() : -1;
+    size = mpr_world_size();
+    CHECK(size >= 2);
+    RUN_TEST(test_sync_and_names);
+    RUN_TEST(test_async_and_then);
+    RUN_TEST(test_self_call);
+    RUN_TEST(test_remote_error);
+    RUN_TEST(test_timeout);
+    RUN_TEST(test_values_roundtrip);
+    RUN_TEST(test_large_tensor);
+    RUN_TEST(test_nested_chain);
+    MPITEST_REPORT();
+    CHECK_OK(mpr_shutdown(true));
+    mpr_value_t *r = NULL;
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(0), "add", NULL, 0, &r), MPR_ERR_SHUTDOWN);
+    mpr_registry_clear();
+    return 0;
+}
