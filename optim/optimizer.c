@@ -1,0 +1,133 @@
+/* optimizer.c — the algorithm-independent part of local optimizers:
+ * parameter references, gradient collection and validation, zero_grad,
+ * learning rate, destruction.
+ *
+ * Invariants: an optimizer holds one reference to each parameter for its
+ * whole life; step() runs with grad mode off (restored afterwards) and hands
+ * the algorithm only gradients that match their parameter's shape and dtype
+ * and are contiguous; a failed validation changes no parameter. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpirpc/tensor_ops.h"
+#include "mpri_optim.h"
+
+mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tensor_t *const *params,
+                                    int n, double lr) {
+    if (!params || n < 1) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "%s: needs at least one parameter (got %d)", vt->name, n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        mpr_tensor_t *p = params[i];
+        if (!p) {
+            mpr_error_set(MPR_ERR_INVALID_ARG, "%s: parameter %d is NULL", vt->name, i);
+            return NULL;
+        }
+        if (p->dtype != MPR_F32 && p->dtype != MPR_F64) {
+            mpr_error_set(MPR_ERR_DTYPE, "%s: parameter %d has dtype %s (float32/float64 needed)",
+                          vt->name, i, mpr_dtype_name(p->dtype));
+            return NULL;
+        }
+        if (!mpr_tensor_is_contiguous(p) || p->storage->device != -1) {
+            mpr_error_set(MPR_ERR_INVALID_ARG, "%s: parameter %d must be a contiguous CPU tensor",
+                          vt->name, i);
+            return NULL;
+        }
+    }
+    mpr_optimizer_t *o = calloc(1, sizeof *o);
+    mpr_tensor_t **ps = calloc((size_t)n, sizeof *ps);
+    if (!o || !ps) {
+        free(o);
+        free(ps);
+        mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", vt->name);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) ps[i] = mpr_tensor_retain(params[i]);
+    o->vt = vt;
+    o->n_params = n;
+    o->params = ps;
+    o->lr = lr;
+    return o;
+}
+
+static bool same_shape(const mpr_tensor_t *a, const mpr_tensor_t *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *grads, int n) {
+    if (!opt || !grads) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer step: NULL argument");
+    if (n != opt->n_params)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s step: %d gradients for %d parameters",
+                             opt->vt->name, n, opt->n_params);
+    mpr_tensor_t *small[64];
+    mpr_tensor_t **gs = n <= 64 ? small : calloc((size_t)n, sizeof *gs);
+    if (!gs) return mpr_error_set(MPR_ERR_NOMEM, "%s step: out of memory", opt->vt->name);
+    mpr_err_t e = MPR_OK;
+    int k = 0;
+    for (; k < n; k++) {
+        mpr_tensor_t *g = grads[k], *p = opt->params[k];
+        gs[k] = NULL;
+        if (!g) continue;
+        if (g->dtype != p->dtype || !same_shape(g, p)) {
+            char bg[96], bp[96];
+            e = mpr_error_set(MPR_ERR_SHAPE,
+                              "%s step: gradient %d is %s %s but its parameter is %s %s",
+                              opt->vt->name, k, mpr_dtype_name(g->dtype),
+                              mpr_shape_str(g->ndim, g->shape, bg, sizeof bg),
+                              mpr_dtype_name(p->dtype),
+                              mpr_shape_str(p->ndim, p->shape, bp, sizeof bp));
+            break;
+        }
+        if (!(gs[k] = mpr_tensor_contiguous(g))) {
+            e = mpr_last_error_code();
+            break;
+        }
+    }
+    if (e == MPR_OK) {
+        bool prev = mpr_set_grad_enabled(false);
+        e = opt->vt->step(opt, gs);
+        mpr_set_grad_enabled(prev);
+    }
+    for (int i = 0; i < k && i < n; i++) mpr_tensor_release(gs[i]);
+    if (gs != small) free(gs);
+    return e;
+}
+
+mpr_err_t mpr_optimizer_step(mpr_optimizer_t *opt) {
+    if (!opt) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer step: optimizer is NULL");
+    mpr_tensor_t *small[64] = {0};
+    int n = opt->n_params;
+    mpr_tensor_t **gs = n <= 64 ? small : calloc((size_t)n, sizeof *gs);
+    if (!gs) return mpr_error_set(MPR_ERR_NOMEM, "%s step: out of memory", opt->vt->name);
+    for (int i = 0; i < n; i++) gs[i] = mpr_tensor_grad(opt->params[i]); /* borrowed */
+    mpr_err_t e = mpr_optimizer_step_grads(opt, gs, n);
+    if (gs != small) free(gs);
+    return e;
+}
+
+void mpr_optimizer_zero_grad(mpr_optimizer_t *opt) {
+    if (!opt) return;
+    for (int i = 0; i < opt->n_params; i++) mpr_zero_grad(opt->params[i]);
+}
+
+void mpr_optimizer_destroy(mpr_optimizer_t *opt) {
+    if (!opt) return;
+    if (opt->vt->destroy) opt->vt->destroy(opt);
+    for (int i = 0; i < opt->n_params; i++) mpr_tensor_release(opt->params[i]);
+    free(opt->params);
+    free(opt);
+}
+
+double mpr_optimizer_get_lr(const mpr_optimizer_t *opt) { return opt ? opt->lr : 0.0; }
+void mpr_optimizer_set_lr(mpr_optimizer_t *opt, double lr) {
+    if (opt) opt->lr = lr;
+}
+int mpr_optimizer_num_params(const mpr_optimizer_t *opt) { return opt ? opt->n_params : 0; }
+mpr_tensor_t *mpr_optimizer_param(const mpr_optimizer_t *opt, int i) {
+    return opt && i >= 0 && i < opt->n_params ? opt->params[i] : NULL;
+}
+const char *mpr_optimizer_name(const mpr_optimizer_t *opt) { return opt ? opt->vt->name : "?"; }
