@@ -36,7 +36,7 @@ def save_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
     for name, t in tensors.items():
         a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-        a = np.ascontiguousarray(a)
+        a = np.array(a, order="C", copy=True)  # (ascontiguousarray would turn 0-d into 1-d)
         dt = _DT[a.dtype.type]
         b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
@@ -176,19 +176,12 @@ def dump_model(name, model, x, loss_fn, extra=None):
     save_safetensors(os.path.join(OUT, f"ref_{name}.safetensors"), out, {"generator": "tests/ref/gen_refs.py"})
 
 
-class CNN(nn.Module):
-    """The tutorial's MNIST CNN, shrunk: conv-relu-pool, conv-relu-pool, fc."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
-        self.conv2 = nn.Conv2d(4, 8, 3, padding=1)
-        self.fc = nn.Linear(8 * 3 * 3, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc(torch.flatten(x, 1))
+def make_cnn():
+    """The tutorial's MNIST CNN, shrunk: conv-relu-pool, conv-relu-pool, fc. A Sequential
+    so parameter names ("0.weight", "3.weight", "7.weight") match mpr_sequential's."""
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(8 * 3 * 3, 10))
 
 
 class EmbLinear(nn.Module):
@@ -221,7 +214,7 @@ def gen_models():
     y = torch.randint(0, 10, (5,), generator=g)
     dump_model("mlp", mlp, x, lambda o: F.cross_entropy(o, y), {"target": y})
     # CNN on 1x12x12 images
-    cnn = CNN()
+    cnn = make_cnn()
     x = torch.rand(2, 1, 12, 12, generator=g)
     y = torch.randint(0, 10, (2,), generator=g)
     dump_model("cnn", cnn, x, lambda o: F.cross_entropy(o, y), {"target": y})
