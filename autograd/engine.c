@@ -1,0 +1,439 @@
+/* engine.c — the backward engine: graph tasks with dependency counting,
+ * gradient buffers, leaf accumulation or custom sinks, and mpr_backward.
+ *
+ * Invariants of a graph task:
+ *  - every node reachable from the added roots has one entry; its `deps` is
+ *    the number of subgraph edges (plus virtual root edges) pointing at it
+ *    that have not delivered yet; a node runs exactly once, when deps hits 0;
+ *  - entry buffers hold one owned reference per output slot (NULL = no
+ *    gradient yet); a node whose buffers are all NULL when it becomes ready
+ *    runs as a no-op that only releases its children's dependencies;
+ *  - backward functions run with grad mode off inside an engine scope, and
+ *    every gradient they return is checked against the input's dtype/shape
+ *    recorded at forward time.
+ * The task owns a reference to each entry's node, so the graph cannot die
+ * under a running (or paused, for dist autograd) backward. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_engine.h"
+#include "kernels/mpri_kernels.h"
+
+typedef struct entry {
+    mpri_node_t *node;    /* owned reference */
+    int deps;
+    bool ran;
+    mpr_tensor_t **buf;   /* [node->n_outputs], owned references */
+} entry_t;
+
+struct mpri_graph_task {
+    mpri_engine_opts_t opts;
+    entry_t *entries;
+    int n, cap;
+    int *slots;           /* open addressing: index into entries, -1 empty */
+    int nslots;           /* power of two */
+    int *ready;
+    int nready, capready;
+};
+
+static uint64_t hash_ptr(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static int lookup(const mpri_graph_task_t *t, const mpri_node_t *node) {
+    if (!t->nslots) return -1;
+    uint64_t mask = (uint64_t)t->nslots - 1;
+    for (uint64_t h = hash_ptr(node) & mask;; h = (h + 1) & mask) {
+        int i = t->slots[h];
+        if (i < 0) return -1;
+        if (t->entries[i].node == node) return i;
+    }
+}
+
+static mpr_err_t rehash(mpri_graph_task_t *t, int nslots) {
+    int *s = malloc((size_t)nslots * sizeof *s);
+    if (!s) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
+    for (int i = 0; i < nslots; i++) s[i] = -1;
+    uint64_t mask = (uint64_t)nslots - 1;
+    for (int i = 0; i < t->n; i++) {
+        uint64_t h = hash_ptr(t->entries[i].node) & mask;
+        while (s[h] >= 0) h = (h + 1) & mask;
+        s[h] = i;
+    }
+    free(t->slots);
+    t->slots = s;
+    t->nslots = nslots;
+    return MPR_OK;
+}
+
+/* Insert `node` (not present); returns its index or -1. */
+static int insert(mpri_graph_task_t *t, mpri_node_t *node) {
+    if ((t->n + 1) * 2 > t->nslots && rehash(t, t->nslots ? t->nslots * 2 : 64) != MPR_OK) return -1;
+    if (t->n == t->cap) {
+        int ncap = t->cap ? t->cap * 2 : 32;
+        entry_t *ne = realloc(t->entries, (size_t)ncap * sizeof *ne);
+        if (!ne) {
+            mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
+            return -1;
+        }
+        t->entries = ne;
+        t->cap = ncap;
+    }
+    mpr_tensor_t **buf = calloc((size_t)node->n_outputs, sizeof *buf);
+    if (!buf) {
+        mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
+        return -1;
+    }
+    int i = t->n++;
+    t->entries[i] = (entry_t){mpri_node_retain(node), 0, false, buf};
+    uint64_t mask = (uint64_t)t->nslots - 1;
+    uint64_t h = hash_ptr(node) & mask;
+    while (t->slots[h] >= 0) h = (h + 1) & mask;
+    t->slots[h] = i;
+    return i;
+}
+
+mpri_graph_task_t *mpri_graph_task_create(const mpri_engine_opts_t *opts) {
+    mpri_graph_task_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
+        return NULL;
+    }
+    if (opts) t->opts = *opts;
+    return t;
+}
+
+void mpri_graph_task_destroy(mpri_graph_task_t *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) {
+        entry_t *e = &t->entries[i];
+        for (int k = 0; k < e->node->n_outputs; k++) mpr_tensor_release(e->buf[k]);
+        free(e->buf);
+        mpri_node_release(e->node);
+    }
+    free(t->entries);
+    free(t->slots);
+    free(t->ready);
+    free(t);
+}
+
+mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge_t *edges) {
+    int *stack = NULL;
+    int sp = 0, cap = 0;
+    mpr_err_t rc = MPR_OK;
+    for (int r = 0; r < n && rc == MPR_OK; r++) {
+        if (!edges[r].node) continue;
+        int i = lookup(t, edges[r].node);
+        bool fresh = i < 0;
+        if (fresh && (i = insert(t, edges[r].node)) < 0) { rc = mpr_last_error_code(); break; }
+        t->entries[i].deps++; /* the virtual root edge */
+        if (!fresh) continue;
+        /* Walk the nodes first reached from this root. */
+        if (sp == cap) {
+            cap = cap ? cap * 2 : 64;
+            int *ns = realloc(stack, (size_t)cap * sizeof *ns);
+            if (!ns) { rc = mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory"); break; }
+            stack = ns;
+        }
+        stack[sp++] = i;
+        while (sp > 0 && rc == MPR_OK) {
+            mpri_node_t *node = t->entries[stack[--sp]].node;
+            for (int k = 0; k < node->n_next; k++) {
+                mpri_node_t *child = node->next[k].node;
+                if (!child) continue;
+                int c = lookup(t, child);
+                if (c < 0) {
+                    if ((c = insert(t, child)) < 0) { rc = mpr_last_error_code(); break; }
+                    if (sp == cap) {
+                        cap = cap ? cap * 2 : 64;
+                        int *ns = realloc(stack, (size_t)cap * sizeof *ns);
+                        if (!ns) { rc = mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory"); break; }
+                        stack = ns;
+                    }
+                    stack[sp++] = c;
+                }
+                t->entries[c].deps++;
+            }
+        }
+    }
+    free(stack);
+    return rc;
+}
+
+int mpri_graph_task_num_nodes(const mpri_graph_task_t *t) { return t->n; }
+
+int mpri_graph_task_dependencies(const mpri_graph_task_t *t, const mpri_node_t *node) {
+    int i = lookup(t, node);
+    return i < 0 ? -1 : t->entries[i].deps;
+}
+
+int mpri_graph_task_pending(const mpri_graph_task_t *t) {
+    int c = 0;
+    for (int i = 0; i < t->n; i++) {
+        const entry_t *e = &t->entries[i];
+        if (e->ran) continue;
+        for (int k = 0; k < e->node->n_outputs; k++)
+            if (e->buf[k]) { c++; break; }
+    }
+    return c;
+}
+
+static bool meta_matches(const mpri_tensor_meta_t *m, const mpr_tensor_t *g) {
+    if (m->ndim < 0) return true;
+    if (m->dtype != g->dtype || m->ndim != g->ndim) return false;
+    for (int i = 0; i < m->ndim; i++)
+        if (m->shape[i] != g->shape[i]) return false;
+    return true;
+}
+
+/* True if `g` is referenced only by the engine and owns its storage alone. */
+static bool exclusive(const mpr_tensor_t *g) {
+    return atomic_load(&g->refcount) == 1 && atomic_load(&g->storage->refcount) == 1 &&
+           mpr_tensor_is_contiguous(g);
+}
+
+/* *slot += g (g borrowed). Adds in place when *slot is exclusively ours. */
+static mpr_err_t accumulate(mpr_tensor_t **slot, mpr_tensor_t *g) {
+    if (!*slot) {
+        *slot = mpr_tensor_retain(g);
+        return MPR_OK;
+    }
+    mpr_tensor_t *s = *slot;
+    if (s->dtype != g->dtype || s->ndim != g->ndim || memcmp(s->shape, g->shape, sizeof(int64_t) * (size_t)s->ndim))
+        return mpri_err_shape2("backward", "gradients to accumulate differ:", s, g);
+    if (exclusive(s)) {
+        mpri_k_binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(s), s->strides,
+                      mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
+        return MPR_OK;
+    }
+    mpr_tensor_t *sum = mpr_tensor_empty(s->dtype, s->ndim, s->shape);
+    if (!sum) return mpr_last_error_code();
+    mpri_k_binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(sum), sum->strides,
+                  mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
+    mpr_tensor_release(s);
+    *slot = sum;
+    return MPR_OK;
+}
+
+/* Leaf .grad accumulation (PyTorch's AccumulateGrad). */
+static mpr_err_t accumulate_leaf(mpr_tensor_t *leaf, mpr_tensor_t *g) {
+    struct mpri_autograd_meta *m = mpri_meta_get(leaf);
+    if (!m) return MPR_ERR_NOMEM;
+    if (!m->grad) {
+        if (exclusive(g)) {
+            m->grad = mpr_tensor_retain(g);
+        } else {
+            m->grad = mpr_tensor_empty(g->dtype, g->ndim, g->shape);
+            if (!m->grad) return mpr_last_error_code();
+            mpri_k_copy(g->ndim, g->shape, g->dtype, mpr_tensor_data(m->grad), m->grad->strides,
+                        g->dtype, mpr_tensor_data(g), g->strides);
+        }
+        return MPR_OK;
+    }
+    if (atomic_load(&m->grad->refcount) == 1)
+        return accumulate(&m->grad, g) ;
+    /* Someone else holds the old .grad: build a new one instead of writing into theirs. */
+    mpr_tensor_t *old = m->grad;
+    m->grad = mpr_tensor_empty(g->dtype, g->ndim, g->shape);
+    if (!m->grad) { m->grad = old; return mpr_last_error_code(); }
+    mpri_k_binary(MPRI_BIN_ADD, g->dtype, g->ndim, g->shape, mpr_tensor_data(m->grad), m->grad->strides,
+                  mpr_tensor_data(old), old->strides, mpr_tensor_data(g), g->strides, 1.0);
+    mpr_tensor_release(old);
+    return MPR_OK;
+}
+
+static mpr_err_t push_ready(mpri_graph_task_t *t, int i) {
+    if (t->nready == t->capready) {
+        int ncap = t->capready ? t->capready * 2 : 64;
+        int *nr = realloc(t->ready, (size_t)ncap * sizeof *nr);
+        if (!nr) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
+        t->ready = nr;
+        t->capready = ncap;
+    }
+    t->ready[t->nready++] = i;
+    return MPR_OK;
+}
+
+/* Deliver g (borrowed, may be NULL = no gradient on this edge) along an edge. */
+static mpr_err_t deliver(mpri_graph_task_t *t, mpri_edge_t edge, mpr_tensor_t *g) {
+    int c = lookup(t, edge.node);
+    if (c < 0)
+        return mpr_error_set(MPR_ERR_STATE, "backward: node %s is not part of this graph task",
+                             edge.node->def->name);
+    entry_t *e = &t->entries[c];
+    if (e->ran || e->deps <= 0)
+        return mpr_error_set(MPR_ERR_STATE, "backward: node %s received a gradient after it ran",
+                             edge.node->def->name);
+    if (g) {
+        if (edge.output_nr < 0 || edge.output_nr >= edge.node->n_outputs)
+            return mpr_error_set(MPR_ERR_STATE, "backward: output %d of node %s does not exist",
+                                 edge.output_nr, edge.node->def->name);
+        mpr_err_t rc = accumulate(&e->buf[edge.output_nr], g);
+        if (rc != MPR_OK) return rc;
+    }
+    if (--e->deps == 0) return push_ready(t, c);
+    return MPR_OK;
+}
+
+static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
+    entry_t *e = &t->entries[idx];
+    mpri_node_t *node = e->node;
+    e->ran = true;
+    bool any = false;
+    for (int k = 0; k < node->n_outputs; k++) any |= e->buf[k] != NULL;
+
+    if (node->def == &mpri_accumulate_def) {
+        mpr_err_t rc = MPR_OK;
+        if (any && node->leaf) {
+            if (!meta_matches(&node->out_meta[0], e->buf[0])) {
+                rc = mpri_err_shape2("backward", "leaf gradient shape differs from the leaf:", e->buf[0], node->leaf);
+            } else if (t->opts.sink) {
+                rc = t->opts.sink(t->opts.sink_ctx, node->leaf, e->buf[0]);
+            } else {
+                rc = accumulate_leaf(node->leaf, e->buf[0]);
+            }
+        }
+        mpr_tensor_release(e->buf[0]);
+        e->buf[0] = NULL;
+        return rc;
+    }
+
+    mpr_err_t rc = MPR_OK;
+    mpr_tensor_t *gin_small[8] = {0};
+    mpr_tensor_t **gin = node->n_next <= 8 ? gin_small : calloc((size_t)node->n_next, sizeof *gin);
+    if (!gin) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
+
+    if (any) {
+        if (node->released && node->has_saved) {
+            rc = mpr_error_set(MPR_ERR_STATE,
+                               "%s: trying to backward through the graph a second time (its saved "
+                               "tensors were freed by the first backward); pass retain_graph=true "
+                               "to the first",
+                               node->def->name);
+        }
+        bool prev = mpr_set_grad_enabled(false);
+        mpr_scope_begin();
+        /* Missing output gradients are zeros of the output's shape. */
+        for (int k = 0; rc == MPR_OK && k < node->n_outputs; k++) {
+            if (e->buf[k]) continue;
+            const mpri_tensor_meta_t *m = &node->out_meta[k];
+            if (m->ndim < 0) {
+                rc = mpr_error_set(MPR_ERR_STATE, "%s: output %d got no gradient and its shape is unknown",
+                                   node->def->name, k);
+                break;
+            }
+            e->buf[k] = mpr_scope_keep(mpr_zeros(m->dtype, m->ndim, m->shape));
+            if (!e->buf[k]) rc = mpr_last_error_code();
+        }
+        if (rc == MPR_OK) rc = node->def->backward(node, e->buf, gin);
+        if (rc == MPR_OK) {
+            for (int i = 0; i < node->n_next; i++) {
+                if (!gin[i]) continue;
+                if (!node->next[i].node) { gin[i] = NULL; continue; }
+                if (!meta_matches(&node->in_meta[i], gin[i])) {
+                    char s1[96], s2[96];
+                    rc = mpr_error_set(MPR_ERR_SHAPE,
+                                       "%s backward: gradient for input %d is %s %s, the input was %s %s",
+                                       node->def->name, i, mpr_dtype_name(gin[i]->dtype),
+                                       mpr_shape_str(gin[i]->ndim, gin[i]->shape, s1, sizeof s1),
+                                       mpr_dtype_name(node->in_meta[i].dtype),
+                                       mpr_shape_str(node->in_meta[i].ndim, node->in_meta[i].shape, s2, sizeof s2));
+                    break;
+                }
+            }
+            for (int i = 0; i < node->n_next; i++) mpr_tensor_retain(gin[i]);
+            if (rc != MPR_OK)
+                for (int i = 0; i < node->n_next; i++) { mpr_tensor_release(gin[i]); gin[i] = NULL; }
+        } else {
+            for (int i = 0; i < node->n_next; i++) gin[i] = NULL;
+        }
+        mpr_scope_end();
+        mpr_set_grad_enabled(prev);
+        for (int k = 0; k < node->n_outputs; k++) {
+            mpr_tensor_release(e->buf[k]);
+            e->buf[k] = NULL;
+        }
+    }
+    if (rc == MPR_OK && !t->opts.retain_graph && any) {
+        mpri_node_release_saved(node);
+        node->released = true;
+    }
+    for (int i = 0; i < node->n_next; i++) {
+        if (rc == MPR_OK && node->next[i].node) rc = deliver(t, node->next[i], gin[i]);
+        mpr_tensor_release(gin[i]);
+    }
+    if (gin != gin_small) free(gin);
+    return rc;
+}
+
+mpr_err_t mpri_graph_task_run(mpri_graph_task_t *t, int n, const mpri_edge_t *edges,
+                              mpr_tensor_t *const *grads) {
+    for (int i = 0; i < n; i++) {
+        if (!edges[i].node) continue;
+        if (grads[i] && edges[i].output_nr < edges[i].node->n_outputs &&
+            !meta_matches(&edges[i].node->out_meta[edges[i].output_nr], grads[i])) {
+            char s1[96], s2[96];
+            const mpri_tensor_meta_t *m = &edges[i].node->out_meta[edges[i].output_nr];
+            return mpr_error_set(MPR_ERR_SHAPE, "backward: gradient %s %s fed to %s, whose output is %s %s",
+                                 mpr_dtype_name(grads[i]->dtype),
+                                 mpr_shape_str(grads[i]->ndim, grads[i]->shape, s1, sizeof s1),
+                                 edges[i].node->def->name, mpr_dtype_name(m->dtype),
+                                 mpr_shape_str(m->ndim, m->shape, s2, sizeof s2));
+        }
+        mpr_err_t rc = deliver(t, edges[i], grads[i]);
+        if (rc != MPR_OK) return rc;
+    }
+    while (t->nready > 0) {
+        int i = t->ready[--t->nready];
+        mpr_err_t rc = run_node(t, i);
+        if (rc != MPR_OK) {
+            t->nready = 0;
+            return rc;
+        }
+    }
+    return MPR_OK;
+}
+
+mpr_err_t mpr_backward(mpr_tensor_t *root, mpr_tensor_t *grad, bool retain_graph) {
+    if (!root) return mpr_error_set(MPR_ERR_INVALID_ARG, "backward: root tensor is NULL");
+    if (!mpr_requires_grad(root))
+        return mpr_error_set(MPR_ERR_STATE,
+                             "backward: the root tensor does not require grad and has no grad_fn");
+    char s1[96], s2[96];
+    mpr_tensor_t *ones = NULL;
+    if (!grad) {
+        if (mpr_tensor_numel(root) != 1)
+            return mpr_error_set(MPR_ERR_SHAPE,
+                                 "backward: grad can be implicitly created only for scalar outputs "
+                                 "(root is %s)",
+                                 mpr_shape_str(root->ndim, root->shape, s1, sizeof s1));
+        ones = mpr_tensor_empty(root->dtype, root->ndim, root->shape);
+        if (!ones) return mpr_last_error_code();
+        mpri_k_fill(root->dtype, root->ndim, root->shape, mpr_tensor_data(ones), ones->strides, 1.0);
+        grad = ones;
+    } else {
+        if (grad->dtype != root->dtype)
+            return mpr_error_set(MPR_ERR_DTYPE, "backward: grad is %s, root is %s",
+                                 mpr_dtype_name(grad->dtype), mpr_dtype_name(root->dtype));
+        bool same = grad->ndim == root->ndim;
+        for (int i = 0; same && i < root->ndim; i++) same = grad->shape[i] == root->shape[i];
+        if (!same)
+            return mpr_error_set(MPR_ERR_SHAPE, "backward: grad shape %s differs from root shape %s",
+                                 mpr_shape_str(grad->ndim, grad->shape, s1, sizeof s1),
+                                 mpr_shape_str(root->ndim, root->shape, s2, sizeof s2));
+    }
+    mpri_engine_opts_t opts = {.retain_graph = retain_graph};
+    mpri_graph_task_t *task = mpri_graph_task_create(&opts);
+    mpr_err_t rc = task ? MPR_OK : mpr_last_error_code();
+    mpri_edge_t edge = mpri_tensor_edge(root);
+    if (rc == MPR_OK && !edge.node) rc = mpr_last_error_code();
+    if (rc == MPR_OK) rc = mpri_graph_task_add_roots(task, 1, &edge);
+    if (rc == MPR_OK) rc = mpri_graph_task_run(task, 1, &edge, &grad);
+    mpri_graph_task_destroy(task);
+    mpr_tensor_release(ones);
+    return rc;
+}

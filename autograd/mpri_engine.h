@@ -1,0 +1,66 @@
+/* mpri_engine.h — internal: the backward engine as a reusable "graph task",
+ * for local backward and for distributed autograd (not installed).
+ *
+ * A graph task is one backward pass over a subgraph:
+ *   1. mpri_graph_task_create(opts)
+ *   2. mpri_graph_task_add_roots(task, edges): walks everything reachable from
+ *      the edges and counts, for every node, how many edges of the subgraph
+ *      point at it (its dependencies). Each root edge itself counts as one
+ *      dependency of its node (from a virtual "graph root"), so a node is only
+ *      run after gradient for it has been fed. Can be called several times
+ *      (local loss roots plus every send function of a dist context).
+ *   3. mpri_graph_task_run(task, edges, grads): adds grads[i] into the input
+ *      buffer of edges[i] (output_nr slot), consumes one dependency per edge,
+ *      and runs every node that becomes ready, repeatedly, until nothing is
+ *      ready. Nodes whose dependencies are not yet met stay pending; a later
+ *      run() (e.g. when a remote gradient arrives for a send function) resumes
+ *      them with the same counts.
+ *   4. mpri_graph_task_pending(task): nodes that received some gradient but
+ *      did not run (useful to detect an incomplete dist backward).
+ *   5. mpri_graph_task_destroy(task).
+ *
+ * Gradient sinks: when a leaf accumulator node runs, the gradient goes to
+ * opts.sink(ctx, leaf, grad) if set (dist autograd: accumulate in the
+ * context's map), else into leaf .grad. Custom nodes (send/recv) are ordinary
+ * nodes with their own backward functions (mpri_node_create).
+ *
+ * Thread safety: one task is driven by one thread at a time (callers
+ * serialize run() calls of a task); tasks over disjoint graphs may run
+ * concurrently. */
+#ifndef MPRI_ENGINE_H
+#define MPRI_ENGINE_H
+
+#include "mpri_autograd.h"
+
+/* Receives the gradient for leaf tensor `leaf` (BORROWED; NULL if the leaf died
+ * since the graph was built — then the gradient is dropped without calling).
+ * `grad` is BORROWED: retain it to keep it. Return MPR_OK or an error that
+ * stops the pass. */
+typedef mpr_err_t (*mpri_grad_sink_fn)(void *ctx, mpr_tensor_t *leaf, mpr_tensor_t *grad);
+
+typedef struct mpri_engine_opts {
+    bool retain_graph;      /* false: free saved tensors of every node run */
+    mpri_grad_sink_fn sink; /* NULL: accumulate into leaf .grad */
+    void *sink_ctx;
+} mpri_engine_opts_t;
+
+typedef struct mpri_graph_task mpri_graph_task_t;
+
+/* opts is copied; NULL means defaults (retain_graph=false, .grad sink). */
+mpri_graph_task_t *mpri_graph_task_create(const mpri_engine_opts_t *opts);
+void mpri_graph_task_destroy(mpri_graph_task_t *task); /* accepts NULL */
+/* Add root edges and count dependencies of everything reachable. Edges with a
+ * NULL node are ignored. */
+mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *task, int n, const mpri_edge_t *edges);
+/* Feed gradients (BORROWED; shape of the edge's output) and run what becomes
+ * ready. Every edge must have been added as a root (MPR_ERR_STATE otherwise). */
+mpr_err_t mpri_graph_task_run(mpri_graph_task_t *task, int n, const mpri_edge_t *edges,
+                              mpr_tensor_t *const *grads);
+/* Nodes of the subgraph (as counted so far). */
+int mpri_graph_task_num_nodes(const mpri_graph_task_t *task);
+/* Dependencies still outstanding for `node` (-1 if not in the subgraph). */
+int mpri_graph_task_dependencies(const mpri_graph_task_t *task, const mpri_node_t *node);
+/* Number of nodes holding buffered gradient that have not run yet. */
+int mpri_graph_task_pending(const mpri_graph_task_t *task);
+
+#endif

@@ -1,0 +1,173 @@
+/* node.c — graph nodes: creation, recording an op's node on its outputs,
+ * saved tensors with version checks, and reference-counted lifetime.
+ *
+ * Invariants: a node holds one reference to every node on its `next` edges and
+ * one alias (no autograd meta) per saved tensor, so the graph is a DAG of
+ * strong references with no cycles: it dies when its last output tensor dies.
+ * Release is iterative (an explicit stack), so a 100k-op chain cannot
+ * overflow the C stack. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_autograd.h"
+
+static atomic_ullong node_seq;
+
+mpri_node_t *mpri_node_create(const mpri_op_def_t *def, int n_next, int n_outputs) {
+    if (n_next < 0 || n_outputs < 1) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "%s: node with %d inputs and %d outputs",
+                      def ? def->name : "?", n_next, n_outputs);
+        return NULL;
+    }
+    size_t extra = (size_t)n_next * (sizeof(mpri_edge_t) + sizeof(mpri_tensor_meta_t)) +
+                   (size_t)n_outputs * sizeof(mpri_tensor_meta_t);
+    mpri_node_t *n = calloc(1, sizeof *n + extra);
+    if (!n) {
+        mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory for a graph node", def ? def->name : "?");
+        return NULL;
+    }
+    char *p = (char *)(n + 1);
+    n->in_meta = (mpri_tensor_meta_t *)p;
+    p += (size_t)n_next * sizeof(mpri_tensor_meta_t);
+    n->out_meta = (mpri_tensor_meta_t *)p;
+    p += (size_t)n_outputs * sizeof(mpri_tensor_meta_t);
+    n->next = (mpri_edge_t *)p;
+    for (int i = 0; i < n_next; i++) n->in_meta[i].ndim = -1;
+    for (int i = 0; i < n_outputs; i++) n->out_meta[i].ndim = -1;
+    atomic_init(&n->refcount, 1);
+    n->def = def;
+    n->n_next = n_next;
+    n->n_outputs = n_outputs;
+    n->seq = atomic_fetch_add(&node_seq, 1);
+    return n;
+}
+
+mpri_node_t *mpri_node_retain(mpri_node_t *n) {
+    if (n) atomic_fetch_add_explicit(&n->refcount, 1, memory_order_relaxed);
+    return n;
+}
+
+void mpri_node_release_saved(mpri_node_t *n) {
+    for (int i = 0; i < n->n_saved; i++) {
+        mpr_tensor_release(n->saved[i].t);
+        n->saved[i].t = NULL;
+    }
+    n->n_saved = 0;
+}
+
+void mpri_node_release(mpri_node_t *n) {
+    if (!n) return;
+    mpri_node_t *small[64];
+    mpri_node_t **stack = small;
+    int64_t sp = 0, cap = 64;
+    stack[sp++] = n;
+    while (sp > 0) {
+        mpri_node_t *x = stack[--sp];
+        if (atomic_fetch_sub_explicit(&x->refcount, 1, memory_order_acq_rel) != 1) continue;
+        mpri_node_release_saved(x);
+        if (x->ctx && x->def && x->def->release_ctx) x->def->release_ctx(x->ctx);
+        for (int i = 0; i < x->n_next; i++) {
+            if (!x->next[i].node) continue;
+            if (sp == cap) {
+                mpri_node_t **ns = malloc((size_t)cap * 2 * sizeof *ns);
+                if (!ns) abort(); /* cannot free the graph without memory */
+                memcpy(ns, stack, (size_t)sp * sizeof *ns);
+                if (stack != small) free(stack);
+                stack = ns;
+                cap *= 2;
+            }
+            stack[sp++] = x->next[i].node;
+        }
+        free(x);
+    }
+    if (stack != small) free(stack);
+}
+
+void mpri_node_set_next(mpri_node_t *n, int i, mpri_edge_t edge) {
+    mpri_node_retain(edge.node);
+    mpri_node_release(n->next[i].node);
+    n->next[i] = edge;
+}
+
+static void meta_of(const mpr_tensor_t *t, mpri_tensor_meta_t *m) {
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+bool mpri_any_requires_grad(int n, mpr_tensor_t *const *inputs) {
+    if (!mpr_grad_enabled()) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && mpr_requires_grad(inputs[i])) return true;
+    return false;
+}
+
+mpri_node_t *mpri_record_multi(const mpri_op_def_t *def, int n_inputs, mpr_tensor_t *const *inputs,
+                               int n_outputs, mpr_tensor_t *const *outputs) {
+    if (!mpri_any_requires_grad(n_inputs, inputs)) return NULL;
+    mpri_node_t *n = mpri_node_create(def, n_inputs, n_outputs);
+    if (!n) return NULL;
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i]) continue;
+        meta_of(inputs[i], &n->in_meta[i]);
+        mpri_edge_t e = mpri_tensor_edge(inputs[i]);
+        if (e.node) n->next[i] = (mpri_edge_t){mpri_node_retain(e.node), e.output_nr};
+    }
+    for (int k = 0; k < n_outputs; k++) {
+        meta_of(outputs[k], &n->out_meta[k]);
+        if (mpri_tensor_set_grad_fn(outputs[k], n, k) != MPR_OK) {
+            for (int j = 0; j < k; j++) mpri_tensor_set_grad_fn(outputs[j], NULL, 0);
+            mpri_node_release(n);
+            return NULL;
+        }
+    }
+    mpri_node_release(n); /* the outputs own it now */
+    return n;
+}
+
+mpri_node_t *mpri_record(const mpri_op_def_t *def, int n_inputs, mpr_tensor_t *const *inputs,
+                         mpr_tensor_t *out) {
+    return mpri_record_multi(def, n_inputs, inputs, 1, &out);
+}
+
+int mpri_node_save(mpri_node_t *n, mpr_tensor_t *t) {
+    if (!n || !t) return -1;
+    if (n->n_saved == MPRI_NODE_MAX_SAVED) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "%s: more than %d saved tensors", n->def->name,
+                      MPRI_NODE_MAX_SAVED);
+        return -1;
+    }
+    mpr_tensor_t *a = mpri_alias(t);
+    if (!a) return -1;
+    int i = n->n_saved++;
+    n->saved[i].t = a;
+    n->saved[i].version = atomic_load(&t->storage->version);
+    n->has_saved = true;
+    return i;
+}
+
+mpr_tensor_t *mpri_node_saved(mpri_node_t *n, int i) {
+    if (n->released || i < 0 || i >= n->n_saved || !n->saved[i].t) {
+        mpr_error_set(MPR_ERR_STATE,
+                      "%s: trying to backward through the graph a second time (its saved tensors "
+                      "were freed by the first backward); pass retain_graph=true to the first",
+                      n->def->name);
+        return NULL;
+    }
+    mpr_tensor_t *t = n->saved[i].t;
+    unsigned long v = atomic_load(&t->storage->version);
+    if (v != n->saved[i].version) {
+        char sb[96];
+        mpr_error_set(MPR_ERR_STATE,
+                      "%s: a tensor of shape %s %s saved for backward was modified by an in-place "
+                      "operation (version %lu, expected %lu)",
+                      n->def->name, mpr_shape_str(t->ndim, t->shape, sb, sizeof sb),
+                      mpr_dtype_name(t->dtype), v, n->saved[i].version);
+        return NULL;
+    }
+    return t;
+}
+
+bool mpri_node_needs_grad(const mpri_node_t *n, int i) {
+    return i >= 0 && i < n->n_next && n->next[i].node != NULL;
+}

@@ -1,0 +1,220 @@
+/* ops_reduce.c — reductions with backward: sum/mean over all elements or a
+ * set of dims (keepdim), max over all elements (gradient split between ties
+ * as PyTorch) or along one dim (gradient to the argmax), argmax.
+ *
+ * Invariants: results are new contiguous tensors; sum/mean backward expands
+ * the gradient back to the input shape as a stride-0 view (no copy);
+ * max_dim keeps its int64 indices as a saved tensor. */
+#include <math.h>
+#include <string.h>
+
+#include "mpri_autograd.h"
+#include "kernels/mpri_kernels.h"
+
+/* Parse dims into a mask; MPR_ERR_INVALID_ARG on repeats/out of range. */
+static mpr_err_t dims_mask(const char *op, const mpr_tensor_t *t, int ndims, const int *dims, bool *mask) {
+    for (int i = 0; i < MPR_MAX_DIMS; i++) mask[i] = false;
+    if (ndims < 0 || (ndims > 0 && !dims))
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: bad dims list (%d dims)", op, ndims);
+    for (int i = 0; i < ndims; i++) {
+        int d;
+        if (mpri_norm_dim(op, dims[i], t->ndim, &d) != MPR_OK) return MPR_ERR_INVALID_ARG;
+        if (t->ndim == 0) continue;
+        if (mask[d]) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: dim %d repeated", op, dims[i]);
+        mask[d] = true;
+    }
+    return MPR_OK;
+}
+
+/* iparam[0..ndim-1]: reduced-dim mask of the input; dparam[0]: scale (1 or 1/N). */
+static mpr_err_t sum_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    const mpri_tensor_meta_t *m = &n->in_meta[0];
+    int64_t keep[MPR_MAX_DIMS];
+    for (int i = 0; i < m->ndim; i++) keep[i] = n->iparam[i] ? 1 : m->shape[i];
+    mpr_tensor_t *g = gout[0];
+    if (n->dparam[0] != 1.0) g = mpr_mul_scalar(g, n->dparam[0]);
+    gin[0] = mpr_expand(mpr_reshape(g, m->ndim, keep), m->ndim, m->shape);
+    return gin[0] ? MPR_OK : mpr_last_error_code();
+}
+static const mpri_op_def_t sum_def = {"sum", sum_backward, NULL};
+static const mpri_op_def_t mean_def = {"mean", sum_backward, NULL};
+
+static mpr_tensor_t *sum_impl(const mpri_op_def_t *def, mpr_tensor_t *a, const bool *mask, bool keepdim,
+                              bool mean) {
+    if (mpri_check_float(def->name, a) != MPR_OK) return NULL;
+    int64_t keep[MPR_MAX_DIMS], outsh[MPR_MAX_DIMS], so[MPR_MAX_DIMS];
+    int nout = 0;
+    int64_t count = 1;
+    for (int i = 0; i < a->ndim; i++) {
+        keep[i] = mask[i] ? 1 : a->shape[i];
+        if (mask[i]) count *= a->shape[i];
+        if (!mask[i] || keepdim) outsh[nout++] = keep[i];
+    }
+    mpr_tensor_t *out = mpr_tensor_empty(a->dtype, nout, outsh);
+    if (!out) return NULL;
+    memset(mpr_tensor_data(out), 0, mpr_tensor_nbytes(out));
+    int64_t s = 1;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        so[i] = mask[i] ? 0 : s;
+        s *= keep[i];
+    }
+    mpri_k_sum_into(a->dtype, a->ndim, a->shape, mpr_tensor_data(out), so, mpr_tensor_data(a), a->strides);
+    double scale = 1.0;
+    if (mean) {
+        scale = count ? 1.0 / (double)count : NAN;
+        mpri_k_unary(MPRI_UN_MUL_S, out->dtype, mpr_tensor_numel(out), mpr_tensor_data(out),
+                     mpr_tensor_data(out), scale, 0);
+    }
+    mpri_node_t *n = mpri_record(def, 1, &a, out);
+    if (n) {
+        for (int i = 0; i < a->ndim; i++) n->iparam[i] = mask[i];
+        n->dparam[0] = scale;
+    }
+    return mpri_result(out);
+}
+
+mpr_tensor_t *mpr_sum_dims(mpr_tensor_t *a, int ndims, const int *dims, bool keepdim) {
+    if (!a) return NULL;
+    bool mask[MPR_MAX_DIMS];
+    if (dims_mask("sum", a, ndims, dims, mask) != MPR_OK) return NULL;
+    return sum_impl(&sum_def, a, mask, keepdim, false);
+}
+mpr_tensor_t *mpr_mean_dims(mpr_tensor_t *a, int ndims, const int *dims, bool keepdim) {
+    if (!a) return NULL;
+    bool mask[MPR_MAX_DIMS];
+    if (dims_mask("mean", a, ndims, dims, mask) != MPR_OK) return NULL;
+    return sum_impl(&mean_def, a, mask, keepdim, true);
+}
+mpr_tensor_t *mpr_sum(mpr_tensor_t *a) {
+    if (!a) return NULL;
+    bool mask[MPR_MAX_DIMS];
+    for (int i = 0; i < MPR_MAX_DIMS; i++) mask[i] = true;
+    return sum_impl(&sum_def, a, mask, false, false);
+}
+mpr_tensor_t *mpr_mean(mpr_tensor_t *a) {
+    if (!a) return NULL;
+    bool mask[MPR_MAX_DIMS];
+    for (int i = 0; i < MPR_MAX_DIMS; i++) mask[i] = true;
+    return sum_impl(&mean_def, a, mask, false, true);
+}
+
+/* ---- max over all elements: gradient split evenly between the maxima ---- */
+
+static mpr_err_t max_all_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    mpr_tensor_t *x = mpri_node_saved(n, 0);
+    if (!x) return mpr_last_error_code();
+    double g, best = n->dparam[0];
+    if (mpr_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
+    mpr_tensor_t *z = mpr_zeros(x->dtype, x->ndim, x->shape);
+    if (!z) return mpr_last_error_code();
+    int64_t cnt = 0, numel = mpr_tensor_numel(x);
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = 0; i < numel; i++) {
+            double v = x->dtype == MPR_F32 ? ((const float *)mpr_tensor_data(x))[i]
+                                           : ((const double *)mpr_tensor_data(x))[i];
+            if (!(v == best || (isnan(v) && isnan(best)))) continue;
+            if (pass == 0) { cnt++; continue; }
+            if (x->dtype == MPR_F32) ((float *)mpr_tensor_data(z))[i] = (float)(g / (double)cnt);
+            else ((double *)mpr_tensor_data(z))[i] = g / (double)cnt;
+        }
+    gin[0] = z;
+    return MPR_OK;
+}
+static const mpri_op_def_t max_def = {"max", max_all_backward, NULL};
+
+mpr_tensor_t *mpr_max(mpr_tensor_t *a) {
+    if (!a) return NULL;
+    if (mpri_check_float("max", a) != MPR_OK) return NULL;
+    if (mpr_tensor_numel(a) == 0) {
+        mpr_error_set(MPR_ERR_SHAPE, "max: empty tensor has no maximum");
+        return NULL;
+    }
+    mpr_tensor_t *x = mpr_tensor_contiguous(a);
+    if (!x) return NULL;
+    mpr_tensor_t *out = mpr_tensor_empty(a->dtype, 0, NULL);
+    if (!out) { mpr_tensor_release(x); return NULL; }
+    mpri_k_max_dim(a->dtype, 1, mpr_tensor_numel(x), 1, mpr_tensor_data(x), mpr_tensor_data(out), NULL);
+    mpri_node_t *n = mpri_record(&max_def, 1, &a, out);
+    if (n) {
+        mpri_node_save(n, x);
+        mpr_item(out, &n->dparam[0]);
+    }
+    mpr_tensor_release(x);
+    return mpri_result(out);
+}
+
+/* ---- max along a dim: gradient to the argmax ---- */
+/* iparam: [0] outer, [1] n, [2] inner. saved 0: indices [outer*inner] int64. */
+
+static mpr_err_t max_dim_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    mpr_tensor_t *idx = mpri_node_saved(n, 0);
+    if (!idx) return mpr_last_error_code();
+    const mpri_tensor_meta_t *m = &n->in_meta[0];
+    mpr_tensor_t *g = mpr_contiguous(gout[0]);
+    mpr_tensor_t *z = mpr_zeros(m->dtype, m->ndim, m->shape);
+    if (!g || !z) return mpr_last_error_code();
+    mpri_k_max_dim_backward(m->dtype, n->iparam[0], n->iparam[1], n->iparam[2], mpr_tensor_data(g),
+                            mpr_tensor_data(idx), mpr_tensor_data(z));
+    gin[0] = z;
+    return MPR_OK;
+}
+static const mpri_op_def_t max_dim_def = {"max_dim", max_dim_backward, NULL};
+
+static mpr_tensor_t *max_dim_impl(mpr_tensor_t *a, int dim, bool keepdim, mpr_tensor_t **indices_out,
+                                  bool want_values, const char *op) {
+    if (mpri_check_float(op, a) != MPR_OK) return NULL;
+    int d;
+    if (mpri_norm_dim(op, dim, a->ndim, &d) != MPR_OK) return NULL;
+    int64_t nd = a->ndim ? a->shape[d] : 1;
+    if (nd == 0 || (a->ndim && mpr_tensor_numel(a) == 0)) {
+        char sb[96];
+        mpr_error_set(MPR_ERR_SHAPE, "%s: cannot reduce an empty dim of %s", op,
+                      mpr_shape_str(a->ndim, a->shape, sb, sizeof sb));
+        return NULL;
+    }
+    int64_t outer = 1, inner = 1, sh[MPR_MAX_DIMS];
+    int no = 0;
+    for (int i = 0; i < a->ndim; i++) {
+        if (i < d) outer *= a->shape[i];
+        if (i > d) inner *= a->shape[i];
+        if (i != d) sh[no++] = a->shape[i];
+        else if (keepdim) sh[no++] = 1;
+    }
+    mpr_tensor_t *x = mpr_tensor_contiguous(a);
+    mpr_tensor_t *vals = x ? mpr_tensor_empty(a->dtype, no, sh) : NULL;
+    mpr_tensor_t *idx = vals ? mpr_tensor_empty(MPR_I64, no, sh) : NULL;
+    if (!idx) {
+        mpr_tensor_release(x);
+        mpr_tensor_release(vals);
+        return NULL;
+    }
+    mpri_k_max_dim(a->dtype, outer, nd, inner, mpr_tensor_data(x), mpr_tensor_data(vals), mpr_tensor_data(idx));
+    mpr_tensor_release(x);
+    if (!want_values) {
+        mpr_tensor_release(vals);
+        return mpri_result(idx);
+    }
+    mpri_node_t *n = mpri_record(&max_dim_def, 1, &a, vals);
+    if (n) {
+        n->iparam[0] = outer;
+        n->iparam[1] = nd;
+        n->iparam[2] = inner;
+        mpri_node_save(n, idx);
+    }
+    if (indices_out)
+        *indices_out = mpri_result(idx);
+    else
+        mpr_tensor_release(idx);
+    return mpri_result(vals);
+}
+
+mpr_tensor_t *mpr_max_dim(mpr_tensor_t *a, int dim, bool keepdim, mpr_tensor_t **indices_out) {
+    if (indices_out) *indices_out = NULL;
+    if (!a) return NULL;
+    return max_dim_impl(a, dim, keepdim, indices_out, true, "max_dim");
+}
+
+mpr_tensor_t *mpr_argmax(mpr_tensor_t *a, int dim, bool keepdim) {
+    if (!a) return NULL;
+    return max_dim_impl(a, dim, keepdim, NULL, false, "argmax");
+}

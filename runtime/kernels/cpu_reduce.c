@@ -1,0 +1,90 @@
+/* cpu_reduce.c — CPU reductions: strided sum-into (sum over any dims, also
+ * used to undo broadcasts in backward) and max along one dim with its
+ * backward scatter.
+ *
+ * Invariants: no allocation; the caller zeroes / prepares outputs; rows
+ * reduced along their innermost dim accumulate in double so f32 sums of long
+ * rows keep precision; max picks the first maximum (NaN propagates). */
+#include <math.h>
+
+#include "mpri_kernels.h"
+
+#define SUM_BODY(T)                                                            \
+    {                                                                          \
+        T *O = out;                                                            \
+        const T *I = in;                                                       \
+        for (int64_t r = 0; r < rows; r++) {                                   \
+            T *op = O + off[0];                                                \
+            const T *ip = I + off[1];                                          \
+            if (s0 == 0) {                                                     \
+                double acc = 0;                                                \
+                if (s1 == 1)                                                   \
+                    for (int64_t i = 0; i < inner; i++) acc += ip[i];          \
+                else                                                           \
+                    for (int64_t i = 0; i < inner; i++) acc += ip[i * s1];     \
+                *op += (T)acc;                                                 \
+            } else if (s0 == 1 && s1 == 1) {                                   \
+                for (int64_t i = 0; i < inner; i++) op[i] += ip[i];            \
+            } else {                                                           \
+                for (int64_t i = 0; i < inner; i++) op[i * s0] += ip[i * s1];  \
+            }                                                                  \
+            mpri_iter_next(&it, idx, off);                                     \
+        }                                                                      \
+    }
+
+void mpri_k_sum_into(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, const int64_t *so,
+                     const void *in, const int64_t *si) {
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    if (numel == 0) return;
+    const int64_t *strides[2] = {so, si};
+    mpri_iter_t it;
+    mpri_iter_init(&it, ndim, shape, 2, strides);
+    int last = it.ndim - 1;
+    int64_t inner = it.shape[last], rows = numel / inner;
+    int64_t s0 = it.st[0][last], s1 = it.st[1][last];
+    int64_t idx[MPR_MAX_DIMS] = {0}, off[2] = {0, 0};
+    if (dt == MPR_F32)
+        SUM_BODY(float)
+    else
+        SUM_BODY(double)
+}
+
+#define MAX_BODY(T)                                                            \
+    {                                                                          \
+        const T *I = in;                                                       \
+        T *V = vals;                                                           \
+        for (int64_t o = 0; o < outer; o++) {                                  \
+            for (int64_t j = 0; j < inner; j++) {                              \
+                const T *p = I + o * n * inner + j;                            \
+                T best = p[0];                                                 \
+                int64_t bi = 0;                                                \
+                for (int64_t k = 1; k < n && !isnan(best); k++) {              \
+                    T v = p[k * inner];                                        \
+                    if (v > best || isnan(v)) { best = v; bi = k; }            \
+                }                                                              \
+                V[o * inner + j] = best;                                       \
+                if (idx) idx[o * inner + j] = bi;                              \
+            }                                                                  \
+        }                                                                      \
+    }
+
+void mpri_k_max_dim(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *in,
+                    void *vals, int64_t *idx) {
+    if (dt == MPR_F32)
+        MAX_BODY(float)
+    else
+        MAX_BODY(double)
+}
+
+void mpri_k_max_dim_backward(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner,
+                             const void *gout, const int64_t *idx, void *gin) {
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            int64_t k = idx[o * inner + j];
+            if (dt == MPR_F32)
+                ((float *)gin)[(o * n + k) * inner + j] += ((const float *)gout)[o * inner + j];
+            else
+                ((double *)gin)[(o * n + k) * inner + j] += ((const double *)gout)[o * inner + j];
+        }
+}

@@ -1,0 +1,96 @@
+/* mpri_kernels.h — internal CPU compute kernels (no autograd, no allocation).
+ *
+ * Kernels work on raw pointers plus shapes/strides in elements; the op layer
+ * (autograd/ops_*.c) validates shapes and dtypes before calling them. Strided
+ * loops go through mpri_iter_t, which coalesces dims so the inner loop runs
+ * over the longest contiguous run; inner loops are specialized per op and
+ * dtype (no per-element function pointers). Float kernels take MPR_F32 or
+ * MPR_F64. */
+#ifndef MPRI_KERNELS_H
+#define MPRI_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mpirpc/tensor.h"
+
+/* ---- N-d iteration over up to 3 operands sharing a shape ---- */
+#define MPRI_ITER_MAX_OPS 3
+typedef struct mpri_iter {
+    int ndim;  /* >= 1 after init */
+    int nops;
+    int64_t shape[MPR_MAX_DIMS];
+    int64_t st[MPRI_ITER_MAX_OPS][MPR_MAX_DIMS];
+} mpri_iter_t;
+
+/* strides[k]: strides (elements) of operand k over `shape`; 0 = broadcast. */
+void mpri_iter_init(mpri_iter_t *it, int ndim, const int64_t *shape, int nops,
+                    const int64_t *const *strides);
+/* Advance the outer index (all dims but the last) and the offsets. */
+static inline void mpri_iter_next(const mpri_iter_t *it, int64_t *idx, int64_t *off) {
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        idx[d]++;
+        for (int k = 0; k < it->nops; k++) off[k] += it->st[k][d];
+        if (idx[d] < it->shape[d]) return;
+        for (int k = 0; k < it->nops; k++) off[k] -= it->st[k][d] * it->shape[d];
+        idx[d] = 0;
+    }
+}
+
+/* ---- elementwise ---- */
+typedef enum {
+    MPRI_UN_NEG, MPRI_UN_EXP, MPRI_UN_LOG, MPRI_UN_SQRT, MPRI_UN_ABS, MPRI_UN_RELU,
+    MPRI_UN_TANH, MPRI_UN_SIGMOID, MPRI_UN_GELU,
+    MPRI_UN_POW,     /* p0 = exponent */
+    MPRI_UN_CLAMP,   /* p0 = lo, p1 = hi */
+    MPRI_UN_ADD_S,   /* x + p0 */
+    MPRI_UN_MUL_S,   /* x * p0 */
+    MPRI_UN_RSUB_S,  /* p0 - x */
+    MPRI_UN_COUNT
+} mpri_unop_t;
+
+/* out[i] = f(x[i]), n contiguous elements. */
+void mpri_k_unary(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *x, double p0,
+                  double p1);
+/* gin[i] = gout[i] * f'(x[i]) (x: forward input, y: forward output; either
+ * may be unused by op). Contiguous, n elements. */
+void mpri_k_unary_backward(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin, const void *gout,
+                           const void *x, const void *y, double p0, double p1);
+
+typedef enum { MPRI_BIN_ADD, MPRI_BIN_SUB, MPRI_BIN_MUL, MPRI_BIN_DIV } mpri_binop_t;
+/* o = a (op) b elementwise over `shape`, all three strided (o may alias a for
+ * in-place updates when their strides match). ADD/SUB compute a +/- alpha*b. */
+void mpri_k_binary(mpri_binop_t op, mpr_dtype_t dt, int ndim, const int64_t *shape, void *o,
+                   const int64_t *so, const void *a, const int64_t *sa, const void *b,
+                   const int64_t *sb, double alpha);
+
+/* ---- copies and fills ---- */
+/* dst[...] = (dst_dt) src[...] over `shape`, both strided, any dtypes. */
+void mpri_k_copy(int ndim, const int64_t *shape, mpr_dtype_t dst_dt, void *dst, const int64_t *sd,
+                 mpr_dtype_t src_dt, const void *src, const int64_t *ss);
+void mpri_k_fill(mpr_dtype_t dt, int ndim, const int64_t *shape, void *dst, const int64_t *sd,
+                 double value);
+
+/* ---- reductions ---- */
+/* out[...] += in[...] over in's `shape`; out strides are 0 on reduced dims.
+ * Float dtypes; rows reduced along the innermost dim accumulate in double. */
+void mpri_k_sum_into(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, const int64_t *so,
+                     const void *in, const int64_t *si);
+/* Max over the middle dim of a contiguous [outer, n, inner] block (n >= 1):
+ * vals [outer, inner], idx [outer, inner] (first maximum; NaN wins). idx may be NULL. */
+void mpri_k_max_dim(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *in,
+                    void *vals, int64_t *idx);
+/* Backward of max_dim: gin [outer, n, inner] (zeroed by caller) gets gout at idx. */
+void mpri_k_max_dim_backward(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner,
+                             const void *gout, const int64_t *idx, void *gin);
+
+/* ---- BLAS ---- */
+/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C with cblas_sgemm/dgemm.
+ * lda/ldb/ldc are row strides of the stored matrices. */
+void mpri_k_gemm(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
+                 void *C, int64_t ldc);
+/* Apply the thread setting once (MPIRPC_BLAS_THREADS env, default 1). */
+void mpri_blas_init(void);
+
+#endif
