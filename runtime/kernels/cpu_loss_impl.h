@@ -35,9 +35,9 @@ double KN(mpri_cross_entropy_fwd)(const KT *x, const int64_t *target, int64_t N,
         if (m == -INFINITY) m = 0;
         KT e = 0;
         for (int64_t j = 0; j < C; j++) e += KEXP(xr[j] - m);
-        lse[r] = m + KLOG(e);
+        lse[r] = KLOG(e); /* log-sum-exp minus the row max (kept apart for precision) */
         if (target[r] == ignore_index) continue;
-        s += (double)(lse[r] - xr[target[r]]);
+        s += (double)lse[r] - (double)(xr[target[r]] - m);
         cnt++;
     }
     *count = cnt;
@@ -55,8 +55,12 @@ void KN(mpri_cross_entropy_bwd)(const KT *x, const int64_t *target, const KT *ls
             memset(gr, 0, (size_t)C * sizeof(KT));
             continue;
         }
+        KT m = -INFINITY;
+        for (int64_t j = 0; j < C; j++)
+            if (xr[j] > m) m = xr[j];
+        if (m == -INFINITY) m = 0;
         KT l = lse[r];
-        for (int64_t j = 0; j < C; j++) gr[j] = KEXP(xr[j] - l) * scale;
+        for (int64_t j = 0; j < C; j++) gr[j] = KEXP((xr[j] - m) - l) * scale;
         gr[target[r]] -= scale;
     }
 }

@@ -15,8 +15,8 @@ void KN(mpri_softmax_fwd)(const KT *x, KT *y, int64_t outer, int64_t n, int64_t 
             KT s = 0;
             if (is_log) {
                 for (int64_t j = 0; j < n; j++) s += KEXP(xr[j * inner] - m);
-                KT lse = m + KLOG(s);
-                for (int64_t j = 0; j < n; j++) yr[j * inner] = xr[j * inner] - lse;
+                KT ls = KLOG(s); /* (x - m) - log(s): no cancellation against a large m */
+                for (int64_t j = 0; j < n; j++) yr[j * inner] = (xr[j * inner] - m) - ls;
             } else {
                 for (int64_t j = 0; j < n; j++) {
                     KT e = KEXP(xr[j * inner] - m);

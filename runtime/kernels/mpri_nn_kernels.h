@@ -33,8 +33,8 @@
     /* glogp: [N, C] (overwritten: zero except -g/count at each counted target). */             \
     void mpri_nll_loss_bwd_##S(const int64_t *target, int64_t N, int64_t C,                    \
                                int64_t ignore_index, int64_t count, double g, T *glogp);        \
-    /* x: [N, C] logits; target: [N]; lse: [N] out (row log-sum-exp, saved for backward).       \
-     * Returns the mean cross entropy over rows with target != ignore_index. */                 \
+    /* x: [N, C] logits; target: [N]; lse: [N] out, log(sum(exp(x - rowmax))) per row (saved   \
+     * for backward). Returns the mean cross entropy over rows with target != ignore_index. */  \
     double mpri_cross_entropy_fwd_##S(const T *x, const int64_t *target, int64_t N, int64_t C,  \
                                       int64_t ignore_index, T *lse, int64_t *count);            \
     /* gx: [N, C] (overwritten) = (softmax(x) - onehot(target)) * g / count per counted row. */ \
