@@ -36,7 +36,7 @@ static void test_embedding(void **state) {
     const double *wd = mpr_tensor_data(w), *yd = mpr_tensor_data(y);
     for (int j = 0; j < 3; j++) assert_true(yd[3 * 3 + j] == wd[1 * 3 + j]); /* y[1,0] = w[1] */
     mpr_tensor_release(y);
-    tu_gradcheck("embedding", f_embedding, &c, 1, &w, 1e-8, 1e-6);
+    TU_GRADCHECK("embedding", f_embedding, &c, 1, &w, 1e-8, 1e-6);
     /* unused row gets exactly zero gradient, row 4 (used 3 times) the sum */
     const double *g = mpr_tensor_data(mpr_tensor_grad(w));
     for (int j = 0; j < 3; j++) assert_true(g[2 * 3 + j] == 0.0 && g[3 * 3 + j] == 0.0);
@@ -62,7 +62,7 @@ static void test_index_select(void **state) {
     mpr_tensor_release(y);
     for (int dim = 0; dim < 3; dim++) {
         idx_ctx_t cd = {tu_i64(MPR_SHAPE(3), (int64_t[]){1, 1, 0}), dim};
-        tu_gradcheck("index_select", f_index_select, &cd, 1, &x, 1e-8, 1e-6);
+        TU_GRADCHECK("index_select", f_index_select, &cd, 1, &x, 1e-8, 1e-6);
         mpr_tensor_release(cd.idx);
     }
     mpr_tensor_t *i2 = tu_i64(MPR_SHAPE(1, 2), (int64_t[]){0, 1});
@@ -89,10 +89,10 @@ static void test_gather(void **state) {
                                                           1, 1, 1, 1, 0, 0, 3, 2, 2, 3,
                                                           0, 0, 0, 3, 3, 3, 2, 1, 1, 2}),
                    1};
-    tu_gradcheck("gather dim 1", f_gather, &c, 1, &x3, 1e-8, 1e-6);
+    TU_GRADCHECK("gather dim 1", f_gather, &c, 1, &x3, 1e-8, 1e-6);
     /* index smaller than the input in the other dims (narrowed input) */
     idx_ctx_t cs = {tu_i64(MPR_SHAPE(2, 2, 1), (int64_t[]){2, 0, 1, 1}), 0};
-    tu_gradcheck("gather narrowed", f_gather, &cs, 1, &x3, 1e-8, 1e-6);
+    TU_GRADCHECK("gather narrowed", f_gather, &cs, 1, &x3, 1e-8, 1e-6);
     mpr_tensor_t *big = tu_i64(MPR_SHAPE(3, 5, 3), (int64_t[45]){0});
     TU_EXPECT_ERR(mpr_gather(x3, 1, big), MPR_ERR_SHAPE, "larger than input [3, 4, 2] in dim 2");
     mpr_tensor_t *oor = tu_i64(MPR_SHAPE(1, 1, 1), (int64_t[]){4});
@@ -125,9 +125,9 @@ static void test_cat_stack(void **state) {
     const double *yd = mpr_tensor_data(y), *b = mpr_tensor_data(in[1]);
     assert_true(yd[6 + 3] == b[1]);
     mpr_tensor_release(y);
-    tu_gradcheck("cat dim 1", f_cat, &dim, 3, in, 1e-8, 1e-6);
+    TU_GRADCHECK("cat dim 1", f_cat, &dim, 3, in, 1e-8, 1e-6);
     dim = -1;
-    tu_gradcheck("cat dim -1", f_cat, &dim, 3, in, 1e-8, 1e-6);
+    TU_GRADCHECK("cat dim -1", f_cat, &dim, 3, in, 1e-8, 1e-6);
     TU_EXPECT_ERR(mpr_cat(in, 3, 0), MPR_ERR_SHAPE, "input 1 has shape [2, 1], incompatible with input 0 [2, 3]");
     mpr_tensor_t *sx[3] = {tu_randn(MPR_SHAPE(2, 3), 7, true), tu_randn(MPR_SHAPE(2, 3), 8, true),
                            tu_randn(MPR_SHAPE(2, 3), 9, false)};
@@ -138,7 +138,7 @@ static void test_cat_stack(void **state) {
         int d = dim < 0 ? dim + 3 : dim;
         assert_int_equal(mpr_tensor_shape(s)[d], 3);
         mpr_tensor_release(s);
-        tu_gradcheck("stack", f_stack, &dim, 3, sx, 1e-8, 1e-6);
+        TU_GRADCHECK("stack", f_stack, &dim, 3, sx, 1e-8, 1e-6);
     }
     TU_EXPECT_ERR(mpr_stack(in, 3, 0), MPR_ERR_SHAPE, "same shape");
     mpr_tensor_t *fi[2] = {in[0], mpr_zeros(MPR_F32, MPR_SHAPE(2, 3))};
@@ -168,7 +168,7 @@ static void test_split_chunk(void **state) {
     assert_int_equal(mpr_chunk(x, 4, 0, p, &n), MPR_OK); /* torch.chunk(3 rows, 4) -> 3 of 1 */
     assert_int_equal(n, 3);
     for (int i = 0; i < n; i++) mpr_tensor_release(p[i]);
-    tu_gradcheck("split", f_split_mix, NULL, 1, &x, 1e-8, 1e-6);
+    TU_GRADCHECK("split", f_split_mix, NULL, 1, &x, 1e-8, 1e-6);
     assert_int_equal(mpr_split(x, 2, 1, p, 3, &n), MPR_ERR_INVALID_ARG);
     assert_int_equal(n, 0);
     assert_non_null(strstr(mpr_last_error(), "4 pieces"));

@@ -49,8 +49,8 @@ static mpr_tensor_t *f_log_softmax(mpr_tensor_t **in, void *ctx) {
 static void test_softmax_grad(void **state) {
     mpr_tensor_t *x = tu_randn(MPR_SHAPE(2, 3, 4), 1, true);
     for (int dim = -3; dim < 3; dim++) {
-        tu_gradcheck("softmax", f_softmax, &dim, 1, &x, 1e-7, 1e-5);
-        tu_gradcheck("log_softmax", f_log_softmax, &dim, 1, &x, 1e-7, 1e-5);
+        TU_GRADCHECK("softmax", f_softmax, &dim, 1, &x, 1e-7, 1e-5);
+        TU_GRADCHECK("log_softmax", f_log_softmax, &dim, 1, &x, 1e-7, 1e-5);
     }
     /* non-contiguous input */
     mpr_tensor_t *xt = mpr_transpose(x, 0, 2);
@@ -106,16 +106,16 @@ static void test_loss_values(void **state) {
 static void test_loss_grad(void **state) {
     mpr_tensor_t *x = tu_randn(MPR_SHAPE(5, 4), 2, true);
     loss_ctx_t c = {tu_i64(MPR_SHAPE(5), (int64_t[]){0, 3, 3, 1, 2}), MPR_IGNORE_INDEX_DEFAULT};
-    tu_gradcheck("cross_entropy", f_ce, &c, 1, &x, 1e-8, 1e-5);
-    tu_gradcheck("nll_loss", f_nll, &c, 1, &x, 1e-8, 1e-5);
+    TU_GRADCHECK("cross_entropy", f_ce, &c, 1, &x, 1e-8, 1e-5);
+    TU_GRADCHECK("nll_loss", f_nll, &c, 1, &x, 1e-8, 1e-5);
     loss_ctx_t ci = {tu_i64(MPR_SHAPE(5), (int64_t[]){0, 7, 3, 7, 2}), 7};
-    tu_gradcheck("cross_entropy ignore_index", f_ce, &ci, 1, &x, 1e-8, 1e-5);
-    tu_gradcheck("nll_loss ignore_index", f_nll, &ci, 1, &x, 1e-8, 1e-5);
+    TU_GRADCHECK("cross_entropy ignore_index", f_ce, &ci, 1, &x, 1e-8, 1e-5);
+    TU_GRADCHECK("nll_loss ignore_index", f_nll, &ci, 1, &x, 1e-8, 1e-5);
     mpr_tensor_t *ab[2] = {tu_randn(MPR_SHAPE(3, 2), 3, true), tu_randn(MPR_SHAPE(3, 2), 4, true)};
-    tu_gradcheck("mse_loss", f_mse, NULL, 2, ab, 1e-8, 1e-5);
+    TU_GRADCHECK("mse_loss", f_mse, NULL, 2, ab, 1e-8, 1e-5);
     /* only the target requires grad */
     mpr_set_requires_grad(ab[0], false);
-    tu_gradcheck("mse_loss target", f_mse, NULL, 2, ab, 1e-8, 1e-5);
+    TU_GRADCHECK("mse_loss target", f_mse, NULL, 2, ab, 1e-8, 1e-5);
     mpr_tensor_release(ab[0]);
     mpr_tensor_release(ab[1]);
     mpr_tensor_release(c.target);
