@@ -112,6 +112,10 @@ mpr_err_t mpri_progress_start(void);
 void mpri_progress_stop(void);
 /* Poll MPI once if no other thread is polling; returns events handled. */
 int mpri_progress_poll(void);
+/* A thread that polls in a loop (a waiter, an idle pool worker) registers
+ * itself so the progress thread steps back meanwhile. */
+void mpri_progress_waiter_enter(void);
+void mpri_progress_waiter_leave(void);
 /* True on the progress thread or inside a poll (where blocking is forbidden). */
 bool mpri_in_progress_context(void);
 /* Track a send that must complete in the background (progress context). */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "mpri_event.h"
+#include "mpri_runtime.h"
 
 typedef struct {
     mpri_task_fn_t fn, drop;
@@ -30,6 +31,8 @@ static struct {
     atomic_int running_tasks;
     int sleeping;
     atomic_bool stopping;
+    atomic_bool poller_taken; /* one idle worker at a time polls MPI */
+    atomic_int spinning;      /* idle workers that will see a new task without a wake-up */
     atomic_bool started;
     pthread_t *threads;
     int nthreads;
@@ -37,7 +40,8 @@ static struct {
 
 static _Thread_local bool is_pool_thread;
 
-#define POOL_SPIN_NS 50000 /* how long an idle worker spins before sleeping */
+#define POOL_SPIN_NS 20000   /* how long an idle worker spins before sleeping */
+#define POOL_POLL_NS 300000  /* ... and how long the polling one keeps polling */
 
 bool mpri_on_pool_thread(void) { return is_pool_thread; }
 bool mpri_pool_running(void) { return atomic_load(&pool.started); }
@@ -70,13 +74,33 @@ bool mpri_pool_try_run_one(void) {
     return got;
 }
 
+/* An idle worker that holds the poller token polls MPI itself: a request it
+ * receives lands in the queue and the same thread runs it at once, with no
+ * cross-thread wake-up (leader/follower). Other idle workers just spin
+ * briefly. Returns when a task is queued or the spin time is over. */
+static void idle_spin(void) {
+    int64_t idle_since = mpri_now_ns();
+    bool expected = false;
+    bool poller = atomic_compare_exchange_strong(&pool.poller_taken, &expected, true);
+    if (poller) mpri_progress_waiter_enter();
+    atomic_fetch_add(&pool.spinning, 1);
+    while (atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0 &&
+           mpri_now_ns() - idle_since < (poller ? POOL_POLL_NS : POOL_SPIN_NS) &&
+           !atomic_load(&pool.stopping)) {
+        if (poller && mpri_progress_poll() > 0) continue;
+        sched_yield();
+    }
+    atomic_fetch_sub(&pool.spinning, 1);
+    if (poller) {
+        mpri_progress_waiter_leave();
+        atomic_store(&pool.poller_taken, false);
+    }
+}
+
 static void *worker_main(void *unused) {
     is_pool_thread = true;
     for (;;) {
-        int64_t idle_since = mpri_now_ns();
-        while (atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0 &&
-               mpri_now_ns() - idle_since < POOL_SPIN_NS && !pool.stopping)
-            sched_yield();
+        idle_spin();
         task_t t;
         pthread_mutex_lock(&pool.lock);
         while (!pop_locked(&t)) {
@@ -111,7 +135,9 @@ mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg) {
     pool.ring[(pool.head + pool.len) % pool.cap] = (task_t){fn, drop, arg};
     pool.len++;
     atomic_fetch_add(&pool.queued, 1);
-    if (pool.sleeping) pthread_cond_signal(&pool.cond);
+    /* A spinning worker re-checks the ring under the lock before it sleeps,
+     * so skipping the signal while one spins loses no task. */
+    if (pool.sleeping && atomic_load(&pool.spinning) == 0) pthread_cond_signal(&pool.cond);
     pthread_mutex_unlock(&pool.lock);
     mpri_event_signal(); /* pool threads waiting on futures help with tasks */
     return MPR_OK;

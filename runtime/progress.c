@@ -255,9 +255,9 @@ int mpri_progress_poll(void) {
 
 /* ---- hooks for waiting threads ---- */
 
-static void waiter_enter(void) { atomic_fetch_add(&prog.active_waiters, 1); }
+void mpri_progress_waiter_enter(void) { atomic_fetch_add(&prog.active_waiters, 1); }
 
-static void waiter_leave(void) {
+void mpri_progress_waiter_leave(void) {
     atomic_fetch_sub(&prog.active_waiters, 1);
     mpri_event_signal(); /* the progress thread may resume polling */
 }
@@ -269,7 +269,8 @@ static bool waiter_help(void) {
 
 static bool runtime_stopped(void) { return mpri_state() == MPRI_STOPPED; }
 
-static const mpri_wait_hooks_t wait_hooks = {waiter_enter, waiter_leave, waiter_help, runtime_stopped};
+static const mpri_wait_hooks_t wait_hooks = {mpri_progress_waiter_enter, mpri_progress_waiter_leave,
+                                             waiter_help, runtime_stopped};
 
 /* ---- the progress thread ---- */
 
@@ -307,8 +308,10 @@ static void *progress_main(void *unused) {
     int64_t sleep_ns = 10000;
     while (!atomic_load(&prog.stop)) {
         if (atomic_load(&prog.active_waiters) > 0) {
-            uint64_t gen = mpri_event_generation();
-            if (atomic_load(&prog.active_waiters) > 0) mpri_event_wait(gen, 500000);
+            /* Plain sleep, not the event: the event fires on every completion
+             * and would wake this thread for nothing. */
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
             /* A waiter normally polls for us; poll anyway now and then so
              * nothing depends on it. */
             mpri_progress_poll();
@@ -316,7 +319,8 @@ static void *progress_main(void *unused) {
             continue;
         }
         /* The thread is in the progress context throughout; poll() keeps it. */
-        if (mpri_progress_poll() > 0) {
+        /* Messages half-received or sends in flight need MPI progress: stay hot. */
+        if (mpri_progress_poll() > 0 || atomic_load(&prog.busy) > 0) {
             idle_since = mpri_now_ns();
             sleep_ns = 10000;
             continue;

@@ -1,0 +1,194 @@
+/* bench_rpc.c — RPC runtime benchmark, printing one JSON object per line.
+ *
+ * Run: mpirun -np 2 ./bench_rpc [--quick]
+ * In one run, on the same pair of ranks: raw MPI ping-pong (8 B) and echo
+ * (1 KiB .. 64 MiB) measured before mpirpc starts, then rpc_sync no-op round
+ * trips (median, p99), pipelined rpc_async throughput, tensor echo round trips
+ * for the same sizes, the idle CPU of each rank over 2 s, and the ratios of
+ * mpirpc to raw MPI. Rank 0 prints. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "mpirpc/mpirpc.h"
+
+static int rank;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, int n, double p) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int i = (int)(p * (n - 1) + 0.5);
+    return v[i];
+}
+
+static void die(const char *what, mpr_err_t e) {
+    fprintf(stderr, "bench_rpc: %s: %s: %s\n", what, mpr_error_name(e), mpr_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static mpr_err_t fn_noop(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    *result = NULL;
+    return MPR_OK;
+}
+
+static mpr_err_t fn_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    *result = mpr_value_retain(mpr_value_list_get(args, 0));
+    return *result ? MPR_OK : mpr_last_error_code();
+}
+
+/* Raw MPI round trip of `bytes` between ranks 0 and 1; median seconds. */
+static double mpi_round_trip(char *buf, int bytes, int reps) {
+    double *t = malloc(sizeof *t * (size_t)reps);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = -reps / 10 - 1; i < reps; i++) {
+        double t0 = MPI_Wtime();
+        if (rank == 0) {
+            MPI_Send(buf, bytes, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(buf, bytes, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == 1) {
+            MPI_Recv(buf, bytes, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, bytes, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+        }
+        if (i >= 0) t[i] = MPI_Wtime() - t0;
+    }
+    double med = percentile(t, reps, 0.5);
+    free(t);
+    return med;
+}
+
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    int size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2) {
+        fprintf(stderr, "bench_rpc: run with mpirun -np 2\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    static const int sizes[] = {1 << 10, 1 << 20, 16 << 20, 64 << 20};
+    enum { NSIZES = 4 };
+    double mpi_echo_s[NSIZES];
+    char *buf = malloc(64 << 20);
+    memset(buf, 1, 64 << 20);
+
+    /* ---- raw MPI, before mpirpc starts (nothing else polls) ---- */
+    double mpi_pp = mpi_round_trip(buf, 8, quick ? 2000 : 20000);
+    for (int s = 0; s < NSIZES; s++)
+        mpi_echo_s[s] = mpi_round_trip(buf, sizes[s], sizes[s] <= (1 << 20) ? (quick ? 50 : 500) : (quick ? 3 : 20));
+    if (rank == 0) {
+        printf("{\"name\":\"mpi_pingpong\",\"bytes\":8,\"median_us\":%.3f}\n", mpi_pp * 1e6);
+        for (int s = 0; s < NSIZES; s++)
+            printf("{\"name\":\"mpi_echo\",\"bytes\":%d,\"median_us\":%.3f,\"gbps\":%.3f}\n", sizes[s],
+                   mpi_echo_s[s] * 1e6, 2.0 * sizes[s] / mpi_echo_s[s] / 1e9);
+        fflush(stdout);
+    }
+
+    /* ---- mpirpc ---- */
+    mpr_err_t e;
+    if ((e = mpr_register_function("noop", fn_noop, NULL))) die("register", e);
+    if ((e = mpr_register_function("echo", fn_echo, NULL))) die("register", e);
+    if ((e = mpr_init(NULL))) die("mpr_init", e);
+
+    int n_sync = quick ? 2000 : 20000;
+    double *t = malloc(sizeof *t * (size_t)n_sync);
+    double rpc_med = 0, rpc_p99 = 0, calls_per_s = 0;
+    double echo_s[NSIZES];
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        mpr_value_t *r;
+        for (int i = 0; i < n_sync / 10; i++) { /* warm up */
+            if ((e = mpr_rpc_sync(mpr_to_rank(1), "noop", NULL, 0, &r))) die("rpc_sync", e);
+            mpr_value_release(r);
+        }
+        for (int i = 0; i < n_sync; i++) {
+            double t0 = MPI_Wtime();
+            if ((e = mpr_rpc_sync(mpr_to_rank(1), "noop", NULL, 0, &r))) die("rpc_sync", e);
+            t[i] = MPI_Wtime() - t0;
+            mpr_value_release(r);
+        }
+        rpc_med = percentile(t, n_sync, 0.5);
+        rpc_p99 = percentile(t, n_sync, 0.99);
+        printf("{\"name\":\"rpc_sync_noop\",\"median_us\":%.3f,\"p99_us\":%.3f}\n", rpc_med * 1e6, rpc_p99 * 1e6);
+        fflush(stdout);
+
+        /* pipelined: keep a window of calls in flight */
+        int n_async = quick ? 20000 : 200000, window = 256;
+        mpr_future_t **win = calloc((size_t)window, sizeof *win);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < n_async; i++) {
+            mpr_future_t **slot = &win[i % window];
+            if (*slot) {
+                if ((e = mpr_future_wait(*slot, 0)) || (e = mpr_future_error(*slot))) die("rpc_async", e);
+                mpr_future_release(*slot);
+            }
+            *slot = mpr_rpc_async(mpr_to_rank(1), "noop", NULL, 0);
+        }
+        for (int i = 0; i < window; i++) {
+            if (win[i] && ((e = mpr_future_wait(win[i], 0)) || (e = mpr_future_error(win[i])))) die("rpc_async", e);
+            mpr_future_release(win[i]);
+        }
+        calls_per_s = n_async / (MPI_Wtime() - t0);
+        free(win);
+        printf("{\"name\":\"rpc_async_pipelined\",\"calls_per_s\":%.0f,\"window\":%d}\n", calls_per_s, window);
+        fflush(stdout);
+
+        for (int s = 0; s < NSIZES; s++) {
+            int64_t shape[1] = {sizes[s] / 4};
+            mpr_tensor_t *x = mpr_tensor_empty(MPR_F32, 1, shape);
+            memset(mpr_tensor_data(x), 1, (size_t)sizes[s]);
+            mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_tensor(x));
+            int reps = sizes[s] <= (1 << 20) ? (quick ? 50 : 500) : (quick ? 3 : 20);
+            double *et = malloc(sizeof *et * (size_t)reps);
+            for (int i = -2; i < reps; i++) {
+                double t1 = MPI_Wtime();
+                if ((e = mpr_rpc_sync(mpr_to_rank(1), "echo", args, 0, &r))) die("echo", e);
+                if (i >= 0) et[i] = MPI_Wtime() - t1;
+                mpr_value_release(r);
+            }
+            echo_s[s] = percentile(et, reps, 0.5);
+            free(et);
+            mpr_value_release(args);
+            mpr_tensor_release(x);
+            printf("{\"name\":\"tensor_echo\",\"bytes\":%d,\"median_us\":%.3f,\"gbps\":%.3f}\n", sizes[s],
+                   echo_s[s] * 1e6, 2.0 * sizes[s] / echo_s[s] / 1e9);
+            fflush(stdout);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* ---- idle CPU: both ranks initialized, no traffic, 2 s ---- */
+    sleep(1); /* let the progress threads reach their idle back-off */
+    double c0 = cpu_seconds(), w0 = MPI_Wtime();
+    sleep(2);
+    double idle_pct = 100.0 * (cpu_seconds() - c0) / (MPI_Wtime() - w0);
+    double max_idle = 0;
+    MPI_Reduce(&idle_pct, &max_idle, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("{\"name\":\"idle_cpu\",\"cpu_percent\":%.2f,\"seconds\":2}\n", max_idle);
+        printf("{\"name\":\"ratios\",\"rpc_sync_noop_vs_mpi_pingpong\":%.2f,\"tensor_echo_64MiB_bw_vs_mpi\":%.3f,"
+               "\"tensor_echo_16MiB_bw_vs_mpi\":%.3f,\"tensor_echo_1MiB_bw_vs_mpi\":%.3f}\n",
+               rpc_med / mpi_pp, mpi_echo_s[3] / echo_s[3], mpi_echo_s[2] / echo_s[2], mpi_echo_s[1] / echo_s[1]);
+        fflush(stdout);
+    }
+    free(t);
+    free(buf);
+    if ((e = mpr_shutdown(true))) die("shutdown", e);
+    mpr_registry_clear();
+    MPI_Finalize();
+    return 0;
+}

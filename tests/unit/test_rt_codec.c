@@ -1,0 +1,299 @@
+/* test_rt_codec.c — value encode/decode round trips for every kind and nesting,
+ * and rejection (never a crash or out-of-bounds read) of truncated, corrupted
+ * and oversized input; wire header validation. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpri_codec.h"
+#include "mpri_tensor.h"
+#include "mpri_wire.h"
+
+/* Encode v; decode through freshly allocated tensors (data copied the way the
+ * transport would receive it). Returns the decoded value. */
+static mpr_value_t *round_trip(const mpr_value_t *v) {
+    mpri_buf_t buf, descs;
+    mpri_tensor_list_t tl;
+    mpri_buf_init(&buf);
+    mpri_buf_init(&descs);
+    mpri_tensor_list_init(&tl);
+    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), MPR_OK);
+    mpri_tensor_descs_encode(&tl, &descs);
+    mpr_tensor_t *recv[16] = {0};
+    mpri_reader_t dr;
+    mpri_reader_init(&dr, descs.data, descs.len);
+    assert_int_equal(mpri_tensor_descs_decode(&dr, tl.len, recv), MPR_OK);
+    assert_int_equal(dr.left, 0);
+    for (uint32_t i = 0; i < tl.len; i++)
+        memcpy(mpr_tensor_data(recv[i]), mpr_tensor_data(tl.items[i]), mpr_tensor_nbytes(tl.items[i]));
+    mpri_reader_t r;
+    mpri_reader_init(&r, buf.data, buf.len);
+    mpr_value_t *out = NULL;
+    assert_int_equal(mpri_value_decode(&r, recv, tl.len, 0, &out), MPR_OK);
+    assert_int_equal(r.left, 0);
+    for (uint32_t i = 0; i < tl.len; i++) mpr_tensor_release(recv[i]);
+    mpri_tensor_list_fini(&tl);
+    mpri_buf_fini(&buf);
+    mpri_buf_fini(&descs);
+    return out;
+}
+
+static mpr_tensor_t *make_tensor(mpr_dtype_t dt, int ndim, const int64_t *shape) {
+    mpr_tensor_t *t = mpr_tensor_empty(dt, ndim, shape);
+    uint8_t *p = mpr_tensor_data(t);
+    for (size_t i = 0; i < mpr_tensor_nbytes(t); i++) p[i] = (uint8_t)(i * 7 + 3);
+    return t;
+}
+
+static void test_scalars_round_trip(void **state) {
+    mpr_value_t *vals[] = {mpr_value_new_none(),       mpr_value_new_bool(true),
+                           mpr_value_new_bool(false),  mpr_value_new_int(INT64_MIN),
+                           mpr_value_new_int(42),      mpr_value_new_double(-0.125),
+                           mpr_value_new_string(""),   mpr_value_new_string("héllo wörld"),
+                           mpr_value_new_bytes("\0\xff\x01", 3)};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        mpr_value_t *out = round_trip(vals[i]);
+        assert_int_equal(mpr_value_kind(out), mpr_value_kind(vals[i]));
+        assert_true(mpr_value_equal(out, vals[i]));
+        mpr_value_release(out);
+        mpr_value_release(vals[i]);
+    }
+    mpr_worker_info_t w = {.name = "trainer:3", .rank = 3};
+    mpr_value_t *wv = mpr_value_new_worker(&w), *out = round_trip(wv);
+    mpr_worker_info_t got;
+    assert_int_equal(mpr_value_get_worker(out, &got), MPR_OK);
+    assert_string_equal(got.name, "trainer:3");
+    assert_int_equal(got.rank, 3);
+    mpr_value_release(out);
+    mpr_value_release(wv);
+}
+
+static void test_tensors_round_trip(void **state) {
+    int64_t s0[1] = {0}, s1[1] = {5}, s3[3] = {2, 3, 4};
+    mpr_dtype_t dts[] = {MPR_F32, MPR_F64, MPR_I64, MPR_I32, MPR_U8};
+    for (size_t d = 0; d < 5; d++) {
+        mpr_tensor_t *ts[4] = {make_tensor(dts[d], 0, NULL), make_tensor(dts[d], 1, s0),
+                               make_tensor(dts[d], 1, s1), make_tensor(dts[d], 3, s3)};
+        for (int i = 0; i < 4; i++) {
+            mpr_value_t *v = mpr_value_new_tensor(ts[i]), *out = round_trip(v);
+            mpr_tensor_t *t;
+            assert_int_equal(mpr_value_get_tensor(out, &t), MPR_OK);
+            assert_int_equal(mpr_tensor_dtype(t), dts[d]);
+            assert_int_equal(mpr_tensor_ndim(t), mpr_tensor_ndim(ts[i]));
+            assert_true(mpr_value_equal(v, out));
+            mpr_value_release(out);
+            mpr_value_release(v);
+            mpr_tensor_release(ts[i]);
+        }
+    }
+    /* a non-contiguous view is sent as its contiguous copy */
+    int64_t shape[2] = {3, 4}, tshape[2] = {4, 3}, tstrides[2] = {1, 4};
+    mpr_tensor_t *base = make_tensor(MPR_F32, 2, shape);
+    mpr_tensor_t *tr = mpri_tensor_view(base->storage, MPR_F32, 2, tshape, tstrides, 0);
+    assert_false(mpr_tensor_is_contiguous(tr));
+    mpr_value_t *v = mpr_value_new_tensor(tr), *out = round_trip(v);
+    mpr_tensor_t *t;
+    assert_int_equal(mpr_value_get_tensor(out, &t), MPR_OK);
+    const float *src = mpr_tensor_data(base), *dst = mpr_tensor_data(t);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) assert_true(dst[i * 3 + j] == src[j * 4 + i]);
+    mpr_value_release(out);
+    mpr_value_release(v);
+    mpr_tensor_release(tr);
+    mpr_tensor_release(base);
+}
+
+static mpr_value_t *nest(int depth) {
+    if (depth == 0) return mpr_value_new_int(depth);
+    return mpr_value_list_of(3, mpr_value_new_string("level"), nest(depth - 1), mpr_value_new_list());
+}
+
+static void test_nested_lists_round_trip(void **state) {
+    mpr_value_t *v = nest(MPRI_MAX_VALUE_DEPTH), *out = round_trip(v);
+    assert_true(mpr_value_equal(v, out));
+    mpr_value_release(out);
+    mpr_value_release(v);
+    /* the same tensor twice is sent once and shared on arrival */
+    int64_t s[1] = {4};
+    mpr_tensor_t *t = make_tensor(MPR_F32, 1, s);
+    v = mpr_value_list_of(2, mpr_value_new_tensor(t), mpr_value_list_of(1, mpr_value_new_tensor(t)));
+    out = round_trip(v);
+    mpr_tensor_t *a, *b;
+    assert_int_equal(mpr_value_get_tensor(mpr_value_list_get(out, 0), &a), MPR_OK);
+    assert_int_equal(mpr_value_get_tensor(mpr_value_list_get(mpr_value_list_get(out, 1), 0), &b), MPR_OK);
+    assert_ptr_equal(a, b);
+    mpr_value_release(out);
+    mpr_value_release(v);
+    mpr_tensor_release(t);
+    /* too deep to encode */
+    v = nest(MPRI_MAX_VALUE_DEPTH + 1);
+    mpri_buf_t buf;
+    mpri_tensor_list_t tl;
+    mpri_buf_init(&buf);
+    mpri_tensor_list_init(&tl);
+    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), MPR_ERR_INVALID_ARG);
+    mpri_buf_fini(&buf);
+    mpri_tensor_list_fini(&tl);
+    mpr_value_release(v);
+}
+
+static mpr_err_t decode_bytes(const void *data, size_t len, uint32_t ntensors, mpr_tensor_t **tensors) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, data, len);
+    mpr_value_t *out = NULL;
+    mpr_err_t e = mpri_value_decode(&r, tensors, ntensors, 0, &out);
+    if (e == MPR_OK) mpr_value_release(out);
+    return e;
+}
+
+static void test_truncated_and_corrupt_rejected(void **state) {
+    int64_t s[1] = {3};
+    mpr_tensor_t *t = make_tensor(MPR_F64, 1, s);
+    mpr_value_t *v = mpr_value_list_of(4, mpr_value_new_string("abc"), mpr_value_new_tensor(t),
+                                       mpr_value_new_double(1.5), nest(5));
+    mpri_buf_t buf;
+    mpri_tensor_list_t tl;
+    mpri_buf_init(&buf);
+    mpri_tensor_list_init(&tl);
+    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), MPR_OK);
+    /* every strict prefix is rejected as truncated */
+    for (size_t n = 0; n < buf.len; n++) {
+        uint8_t *copy = malloc(n ? n : 1); /* exact size: ASan catches any overread */
+        memcpy(copy, buf.data, n);
+        assert_int_equal(decode_bytes(copy, n, tl.len, tl.items), MPR_ERR_DECODE);
+        free(copy);
+    }
+    /* random single-byte corruptions: decode fails cleanly or yields some value */
+    srand(7);
+    for (int trial = 0; trial < 20000; trial++) {
+        uint8_t *copy = malloc(buf.len);
+        memcpy(copy, buf.data, buf.len);
+        int flips = 1 + rand() % 3;
+        for (int f = 0; f < flips; f++) copy[rand() % buf.len] = (uint8_t)rand();
+        mpr_err_t e = decode_bytes(copy, buf.len, tl.len, tl.items);
+        assert_true(e == MPR_OK || e == MPR_ERR_DECODE || e == MPR_ERR_NOMEM);
+        free(copy);
+    }
+    /* specific corruptions */
+    uint8_t unknown_kind[] = {200};
+    assert_int_equal(decode_bytes(unknown_kind, 1, 0, NULL), MPR_ERR_DECODE);
+    uint8_t bad_tensor_index[] = {MPR_VALUE_TENSOR, 9, 0, 0, 0};
+    assert_int_equal(decode_bytes(bad_tensor_index, sizeof bad_tensor_index, tl.len, tl.items), MPR_ERR_DECODE);
+    uint8_t huge_list[] = {MPR_VALUE_LIST, 0xff, 0xff, 0xff, 0x7f};
+    assert_int_equal(decode_bytes(huge_list, sizeof huge_list, 0, NULL), MPR_ERR_DECODE);
+    uint8_t huge_string[] = {MPR_VALUE_STRING, 0xff, 0xff, 0xff, 0xff, 'a'};
+    assert_int_equal(decode_bytes(huge_string, sizeof huge_string, 0, NULL), MPR_ERR_DECODE);
+    uint8_t bad_bool[] = {MPR_VALUE_BOOL, 7};
+    assert_int_equal(decode_bytes(bad_bool, sizeof bad_bool, 0, NULL), MPR_ERR_DECODE);
+    uint8_t nul_string[] = {MPR_VALUE_STRING, 2, 0, 0, 0, 'a', 0};
+    assert_int_equal(decode_bytes(nul_string, sizeof nul_string, 0, NULL), MPR_ERR_DECODE);
+    /* nesting bomb: deeper than the limit is refused, not a stack overflow */
+    uint8_t bomb[5 * 1000];
+    for (int i = 0; i < 1000; i++) {
+        bomb[5 * i] = MPR_VALUE_LIST;
+        bomb[5 * i + 1] = 1, bomb[5 * i + 2] = bomb[5 * i + 3] = bomb[5 * i + 4] = 0;
+    }
+    assert_int_equal(decode_bytes(bomb, sizeof bomb, 0, NULL), MPR_ERR_DECODE);
+    mpri_buf_fini(&buf);
+    mpri_tensor_list_fini(&tl);
+    mpr_value_release(v);
+    mpr_tensor_release(t);
+}
+
+static void test_tensor_descriptors_rejected(void **state) {
+    mpr_tensor_t *out[2] = {0};
+    uint8_t bad_dtype[] = {99, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+    mpri_reader_t r;
+    mpri_reader_init(&r, bad_dtype, sizeof bad_dtype);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    uint8_t bad_ndim[] = {MPR_F32, 9};
+    mpri_reader_init(&r, bad_ndim, sizeof bad_ndim);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    /* 2^40 elements: oversized, refused before any allocation */
+    uint8_t huge[2 + 8] = {MPR_F32, 1};
+    int64_t n = (int64_t)1 << 40;
+    memcpy(huge + 2, &n, 8);
+    mpri_reader_init(&r, huge, sizeof huge);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    uint8_t negative[2 + 8] = {MPR_F32, 1};
+    n = -5;
+    memcpy(negative + 2, &n, 8);
+    mpri_reader_init(&r, negative, sizeof negative);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    /* second descriptor truncated: the first tensor is freed again */
+    uint8_t two[2 + 8 + 2] = {MPR_F32, 1};
+    n = 4;
+    memcpy(two + 2, &n, 8);
+    two[10] = MPR_F32, two[11] = 1;
+    mpri_reader_init(&r, two, sizeof two);
+    int64_t live = mpr_tensor_live_count();
+    assert_int_equal(mpri_tensor_descs_decode(&r, 2, out), MPR_ERR_DECODE);
+    assert_int_equal(mpr_tensor_live_count(), live);
+    assert_null(out[0]);
+}
+
+static void test_wire_header(void **state) {
+    mpri_wire_header_t h = {.magic = MPRI_WIRE_MAGIC, .version = MPRI_WIRE_VERSION, .kind = MPRI_MSG_CALL,
+                            .body_len = 4};
+    uint8_t msg[sizeof h + 4] = {0};
+    memcpy(msg, &h, sizeof h);
+    mpri_wire_header_t out;
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_OK);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof h - 1, &out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof h + 3, &out), MPR_ERR_DECODE); /* body too long */
+    mpri_wire_header_t bad = h;
+    bad.magic = 0x1234;
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
+    bad = h;
+    bad.version = 9;
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
+    assert_non_null(strstr(mpr_last_error(), "version"));
+    bad = h;
+    bad.kind = MPRI_MSG_KIND_COUNT;
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
+    assert_string_equal(mpri_msg_kind_name(MPRI_MSG_CALL), "call");
+    assert_int_not_equal(mpri_hash_name("add"), mpri_hash_name("sub"));
+}
+
+static void test_value_accessors(void **state) {
+    mpr_value_t *v = mpr_value_new_int(3);
+    const char *s;
+    assert_int_equal(mpr_value_get_string(v, &s), MPR_ERR_TYPE);
+    assert_non_null(strstr(mpr_last_error(), "expected a string value, got int"));
+    double d;
+    assert_int_equal(mpr_value_get_double(v, &d), MPR_OK);
+    assert_true(d == 3.0);
+    assert_null(mpr_value_list_get(v, 0));
+    assert_int_equal(mpr_value_list_append(v, mpr_value_new_int(1)), MPR_ERR_TYPE);
+    mpr_value_release(v);
+    mpr_value_t *l = mpr_value_list_of(2, mpr_value_new_int(1), NULL);
+    assert_null(l);
+    mpr_value_release(NULL);
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_string("x"));
+    int64_t i;
+    assert_int_equal(mpr_args_int(args, 0, &i), MPR_ERR_TYPE);
+    assert_int_equal(mpr_args_int(args, 1, &i), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "argument 1 missing"));
+    mpr_value_release(args);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scalars_round_trip),
+        cmocka_unit_test(test_tensors_round_trip),
+        cmocka_unit_test(test_nested_lists_round_trip),
+        cmocka_unit_test(test_truncated_and_corrupt_rejected),
+        cmocka_unit_test(test_tensor_descriptors_rejected),
+        cmocka_unit_test(test_wire_header),
+        cmocka_unit_test(test_value_accessors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
