@@ -1,0 +1,280 @@
+/* test_nn_modules.c — nn modules: PyTorch-style parameter names and order,
+ * iteration and lookup, default initialization ranges and seeding, train/eval
+ * propagation, zero_grad, forward of each layer, LSTM values against PyTorch
+ * 1.13 (same parameters set in both), LSTM f64 gradient check through time
+ * and layers, and argument errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "nn_test_util.h"
+
+static double max_abs(mpr_tensor_t *t) {
+    double m = 0;
+    mpr_scope_begin();
+    mpr_tensor_t *c = mpr_to_dtype(t, MPR_F64);
+    const double *d = mpr_tensor_data(c);
+    for (int64_t i = 0; i < mpr_tensor_numel(c); i++) m = fmax(m, fabs(d[i]));
+    mpr_scope_end();
+    return m;
+}
+
+static void test_sequential_names(void **state) {
+    mpr_generator_t *g = mpr_generator_create(1);
+    mpr_module_t *seq = mpr_sequential_create();
+    assert_int_equal(mpr_sequential_append(seq, mpr_linear_create(4, 3, true, MPR_F32, g)), MPR_OK);
+    assert_int_equal(mpr_sequential_append(seq, mpr_relu_create()), MPR_OK);
+    assert_int_equal(mpr_sequential_append(seq, mpr_linear_create(3, 2, false, MPR_F32, g)), MPR_OK);
+    mpr_module_t *inner = mpr_sequential_create();
+    assert_int_equal(mpr_sequential_append(inner, mpr_tanh_create()), MPR_OK);
+    assert_int_equal(mpr_sequential_append(inner, mpr_linear_create(2, 5, true, MPR_F32, g)), MPR_OK);
+    assert_int_equal(mpr_sequential_append(seq, inner), MPR_OK);
+    const char *want[] = {"0.weight", "0.bias", "2.weight", "3.1.weight", "3.1.bias"};
+    assert_int_equal(mpr_module_num_parameters(seq), 5);
+    for (int i = 0; i < 5; i++) {
+        const char *name;
+        mpr_tensor_t *p = mpr_module_parameter(seq, i, &name);
+        assert_non_null(p);
+        assert_string_equal(name, want[i]);
+        assert_true(mpr_requires_grad(p) && mpr_is_leaf(p));
+        assert_ptr_equal(mpr_module_get_parameter(seq, want[i]), p);
+    }
+    assert_null(mpr_module_parameter(seq, 5, NULL));
+    assert_int_equal(mpr_module_parameter_numel(seq), 12 + 3 + 6 + 10 + 5);
+    assert_null(mpr_module_get_parameter(seq, "1.weight"));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_NOT_FOUND);
+    assert_int_equal(mpr_tensor_shape(mpr_module_get_parameter(seq, "3.1.weight"))[0], 5);
+    assert_int_equal(mpr_sequential_size(seq), 4);
+    assert_string_equal(mpr_module_kind(mpr_sequential_child(seq, 1)), "ReLU");
+    /* a child that already has a parent is refused and left alone */
+    assert_int_equal(mpr_sequential_append(seq, inner), MPR_ERR_STATE);
+    assert_int_equal(mpr_sequential_size(seq), 4);
+    /* forward: [6, 4] -> [6, 5], equal to composing the ops by hand */
+    mpr_scope_begin();
+    mpr_tensor_t *x = mpr_randn(MPR_F32, MPR_SHAPE(6, 4), g);
+    mpr_tensor_t *y = mpr_module_forward(seq, x);
+    assert_non_null(y);
+    assert_int_equal(mpr_tensor_shape(y)[1], 5);
+    mpr_tensor_t *h = mpr_linear(mpr_relu(mpr_linear(x, mpr_module_get_parameter(seq, "0.weight"),
+                                                    mpr_module_get_parameter(seq, "0.bias"))),
+                                 mpr_module_get_parameter(seq, "2.weight"), NULL);
+    mpr_tensor_t *ref = mpr_linear(mpr_tanh(h), mpr_module_get_parameter(seq, "3.1.weight"),
+                                   mpr_module_get_parameter(seq, "3.1.bias"));
+    assert_true(mpr_allclose(y, ref, 1e-6, 1e-6));
+    /* zero_grad drops every .grad */
+    assert_int_equal(mpr_backward(mpr_sum(y), NULL, false), MPR_OK);
+    mpr_scope_end();
+    for (int i = 0; i < 5; i++) assert_non_null(mpr_tensor_grad(mpr_module_parameter(seq, i, NULL)));
+    mpr_module_zero_grad(seq);
+    for (int i = 0; i < 5; i++) assert_null(mpr_tensor_grad(mpr_module_parameter(seq, i, NULL)));
+    /* errors in the middle of a Sequential propagate */
+    mpr_scope_begin();
+    TU_EXPECT_ERR(mpr_module_forward(seq, mpr_zeros(MPR_F32, MPR_SHAPE(6, 5))), MPR_ERR_SHAPE,
+                  "linear");
+    mpr_scope_end();
+    mpr_module_destroy(seq);
+    mpr_module_destroy(NULL);
+    mpr_generator_destroy(g);
+}
+
+static void test_init(void **state) {
+    mpr_generator_t *g = mpr_generator_create(5);
+    mpr_module_t *lin = mpr_linear_create(400, 300, true, MPR_F32, g);
+    double bound = 1.0 / sqrt(400.0);
+    mpr_tensor_t *w = mpr_module_get_parameter(lin, "weight");
+    assert_true(max_abs(w) <= bound && max_abs(w) > 0.95 * bound);
+    assert_true(max_abs(mpr_module_get_parameter(lin, "bias")) <= bound);
+    mpr_module_t *conv = mpr_conv2d_create(3, 8, 5, 5, 1, 0, true, MPR_F64, g);
+    double cb = 1.0 / sqrt(3.0 * 25);
+    mpr_tensor_t *cw = mpr_module_get_parameter(conv, "weight");
+    assert_int_equal(mpr_tensor_ndim(cw), 4);
+    assert_true(max_abs(cw) <= cb && max_abs(cw) > 0.9 * cb);
+    mpr_module_t *emb = mpr_embedding_create(1000, 20, MPR_F64, g);
+    mpr_tensor_t *ew = mpr_module_get_parameter(emb, "weight");
+    const double *ed = mpr_tensor_data(ew);
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 20000; i++) {
+        s += ed[i];
+        s2 += ed[i] * ed[i];
+    }
+    assert_true(fabs(s / 20000) < 0.05 && fabs(sqrt(s2 / 20000) - 1.0) < 0.05);
+    mpr_module_t *lstm = mpr_lstm_create(3, 16, 1, true, false, 0, MPR_F32, g);
+    for (int i = 0; i < mpr_module_num_parameters(lstm); i++)
+        assert_true(max_abs(mpr_module_parameter(lstm, i, NULL)) <= 0.25);
+    /* same seed, same model */
+    mpr_generator_t *g1 = mpr_generator_create(42), *g2 = mpr_generator_create(42);
+    mpr_module_t *a = mpr_linear_create(5, 4, true, MPR_F32, g1), *b = mpr_linear_create(5, 4, true, MPR_F32, g2);
+    for (int i = 0; i < 2; i++)
+        assert_true(mpr_allclose(mpr_module_parameter(a, i, NULL), mpr_module_parameter(b, i, NULL), 0, 0));
+    /* bad configurations */
+    assert_null(mpr_linear_create(0, 3, true, MPR_F32, g));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    assert_null(mpr_linear_create(3, 3, true, MPR_I64, g));
+    assert_null(mpr_dropout_create(1.0, NULL));
+    assert_null(mpr_lstm_create(3, 4, 0, true, false, 0, MPR_F32, g));
+    mpr_module_destroy(a);
+    mpr_module_destroy(b);
+    mpr_module_destroy(lin);
+    mpr_module_destroy(conv);
+    mpr_module_destroy(emb);
+    mpr_module_destroy(lstm);
+    mpr_generator_destroy(g);
+    mpr_generator_destroy(g1);
+    mpr_generator_destroy(g2);
+}
+
+static void test_train_eval_layers(void **state) {
+    mpr_generator_t *g = mpr_generator_create(3);
+    mpr_module_t *net = mpr_sequential_create();
+    mpr_sequential_append(net, mpr_conv2d_create(1, 4, 3, 3, 1, 1, true, MPR_F32, g));
+    mpr_sequential_append(net, mpr_relu_create());
+    mpr_sequential_append(net, mpr_max_pool2d_create(2, 0));
+    mpr_sequential_append(net, mpr_dropout_create(0.5, g));
+    mpr_sequential_append(net, mpr_flatten_create(1, -1));
+    mpr_sequential_append(net, mpr_linear_create(4 * 4 * 4, 3, true, MPR_F32, g));
+    mpr_sequential_append(net, mpr_log_softmax_create(1));
+    assert_true(mpr_module_is_training(net));
+    assert_true(mpr_module_is_training(mpr_sequential_child(net, 3)));
+    mpr_module_train(net, false);
+    assert_false(mpr_module_is_training(mpr_sequential_child(net, 3)));
+    mpr_scope_begin();
+    mpr_tensor_t *x = mpr_randn(MPR_F32, MPR_SHAPE(2, 1, 8, 8), g);
+    mpr_tensor_t *y1 = mpr_module_forward(net, x), *y2 = mpr_module_forward(net, x);
+    assert_non_null(y1);
+    assert_int_equal(mpr_tensor_shape(y1)[1], 3);
+    assert_true(mpr_allclose(y1, y2, 0, 0)); /* eval: deterministic */
+    mpr_module_train(net, true);
+    mpr_tensor_t *y3 = mpr_module_forward(net, x), *y4 = mpr_module_forward(net, x);
+    assert_false(mpr_allclose(y3, y4, 0, 0)); /* train: dropout masks differ */
+    /* Embedding module */
+    mpr_module_t *emb = mpr_embedding_create(7, 2, MPR_F32, g);
+    mpr_tensor_t *idx = tu_i64(MPR_SHAPE(3), (int64_t[]){6, 0, 6}); /* scope-owned */
+    mpr_tensor_t *e = mpr_module_forward(emb, idx);
+    assert_int_equal(mpr_tensor_shape(e)[0], 3);
+    const float *ed = mpr_tensor_data(e), *wd = mpr_tensor_data(mpr_module_get_parameter(emb, "weight"));
+    assert_true(ed[0] == wd[12] && ed[3] == wd[1]);
+    mpr_scope_end();
+    mpr_module_destroy(emb);
+    mpr_module_destroy(net);
+    mpr_generator_destroy(g);
+}
+
+/* Parameters filled like the PyTorch reference: 0.3 * sin(k + offset), k
+ * counting through all parameters in named order. */
+static void fill_like_reference(mpr_module_t *m) {
+    int64_t off = 0;
+    for (int i = 0; i < mpr_module_num_parameters(m); i++) {
+        mpr_tensor_t *p = mpr_module_parameter(m, i, NULL);
+        double *d = mpr_tensor_data(p);
+        for (int64_t k = 0; k < mpr_tensor_numel(p); k++) d[k] = 0.3 * sin((double)(k + off));
+        off += mpr_tensor_numel(p);
+    }
+}
+
+static mpr_tensor_t *seq_tensor(int ndim, const int64_t *shape, double scale, bool use_cos) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    double v[64];
+    for (int64_t i = 0; i < n; i++) v[i] = scale * (use_cos ? cos((double)i) : sin((double)i));
+    return mpr_from_buffer(MPR_F64, ndim, shape, v);
+}
+
+static void test_lstm_values(void **state) {
+    mpr_module_t *m = mpr_lstm_create(3, 4, 2, true, true, 0.0, MPR_F64, NULL);
+    assert_non_null(m);
+    const char *names[] = {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+                           "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1"};
+    assert_int_equal(mpr_module_num_parameters(m), 8);
+    for (int i = 0; i < 8; i++) {
+        const char *n;
+        mpr_module_parameter(m, i, &n);
+        assert_string_equal(n, names[i]);
+    }
+    assert_int_equal(mpr_tensor_shape(mpr_module_get_parameter(m, "weight_ih_l1"))[1], 4);
+    fill_like_reference(m);
+    mpr_tensor_t *x = seq_tensor(MPR_SHAPE(2, 5, 3), 1.0, true);
+    mpr_tensor_t *h0 = seq_tensor(MPR_SHAPE(2, 2, 4), 0.2, false);
+    mpr_tensor_t *c0 = seq_tensor(MPR_SHAPE(2, 2, 4), 0.2, true);
+    mpr_scope_begin();
+    mpr_tensor_t *o, *h, *c;
+    assert_int_equal(mpr_lstm_forward(m, x, h0, c0, &o, &h, &c), MPR_OK);
+    assert_int_equal(mpr_tensor_shape(o)[0], 2);
+    assert_int_equal(mpr_tensor_shape(o)[1], 5);
+    double s;
+    assert_int_equal(mpr_item(mpr_sum(o), &s), MPR_OK);
+    assert_true(fabs(s - -0.26981325054481176) < 1e-12);
+    const double *od = mpr_tensor_data(mpr_contiguous(o));
+    const double o14[4] = {0.051923713458394825, -0.0053730161888816295, -0.042683013885573294,
+                           -0.026597656118505168};
+    for (int j = 0; j < 4; j++) assert_true(fabs(od[(1 * 5 + 4) * 4 + j] - o14[j]) < 1e-13);
+    assert_int_equal(mpr_item(mpr_sum(h), &s), MPR_OK);
+    assert_true(fabs(s - 0.018364139058618615) < 1e-12);
+    assert_int_equal(mpr_item(mpr_sum(c), &s), MPR_OK);
+    assert_true(fabs(s - -0.043712122431548595) < 1e-12);
+    const double *cd = mpr_tensor_data(c);
+    const double c10[4] = {0.09611582068672989, -0.02148402511912177, -0.07943790676139473,
+                           -0.05700893099610266};
+    for (int j = 0; j < 4; j++) assert_true(fabs(cd[(1 * 2 + 0) * 4 + j] - c10[j]) < 1e-13);
+    /* zero initial state, and the generic forward */
+    assert_int_equal(mpr_lstm_forward(m, x, NULL, NULL, NULL, &h, &c), MPR_OK);
+    assert_int_equal(mpr_item(mpr_sum(h), &s), MPR_OK);
+    assert_true(fabs(s - 0.014978142429361095) < 1e-12);
+    assert_int_equal(mpr_item(mpr_sum(c), &s), MPR_OK);
+    assert_true(fabs(s - -0.05216957082584056) < 1e-12);
+    assert_int_equal(mpr_item(mpr_sum(mpr_module_forward(m, x)), &s), MPR_OK);
+    assert_true(fabs(s - -0.2413989492738625) < 1e-12);
+    /* errors (tensors made inside the scope are owned by it) */
+    mpr_tensor_t *bad = mpr_zeros(MPR_F64, MPR_SHAPE(2, 5, 4));
+    assert_int_equal(mpr_lstm_forward(m, bad, NULL, NULL, &o, NULL, NULL), MPR_ERR_SHAPE);
+    assert_non_null(strstr(mpr_last_error(), "expected input [B, T, 3], got [2, 5, 4]"));
+    assert_int_equal(mpr_lstm_forward(m, x, h0, NULL, &o, NULL, NULL), MPR_ERR_INVALID_ARG);
+    assert_int_equal(mpr_lstm_forward(m, x, c0, mpr_zeros(MPR_F64, MPR_SHAPE(2, 3, 4)), &o, NULL, NULL),
+                     MPR_ERR_SHAPE);
+    assert_non_null(strstr(mpr_last_error(), "c0 must be [2, 2, 4], got [2, 3, 4]"));
+    mpr_tensor_t *xf = mpr_zeros(MPR_F32, MPR_SHAPE(2, 5, 3));
+    assert_int_equal(mpr_lstm_forward(m, xf, NULL, NULL, &o, NULL, NULL), MPR_ERR_DTYPE);
+    mpr_scope_end();
+    mpr_tensor_release(x);
+    mpr_tensor_release(h0);
+    mpr_tensor_release(c0);
+    mpr_module_destroy(m);
+}
+
+static mpr_tensor_t *f_lstm(mpr_tensor_t **in, void *ctx) {
+    mpr_tensor_t *o, *h, *c;
+    if (mpr_lstm_forward(ctx, in[0], in[1], in[2], &o, &h, &c) != MPR_OK) return NULL;
+    mpr_tensor_t *parts[3] = {mpr_flatten(o, 0, -1), mpr_flatten(h, 0, -1), mpr_flatten(c, 0, -1)};
+    return mpr_cat(parts, 3, 0);
+}
+
+static void test_lstm_grad(void **state) {
+    mpr_generator_t *g = mpr_generator_create(11);
+    for (int bf = 0; bf < 2; bf++) {
+        mpr_module_t *m = mpr_lstm_create(2, 3, 2, true, bf, 0.0, MPR_F64, g);
+        mpr_tensor_t *in[11];
+        in[0] = tu_randn(3, bf ? (int64_t[]){2, 4, 2} : (int64_t[]){4, 2, 2}, 1, true);
+        in[1] = tu_randn(MPR_SHAPE(2, 2, 3), 2, true);
+        in[2] = tu_randn(MPR_SHAPE(2, 2, 3), 3, true);
+        for (int i = 0; i < 8; i++) in[3 + i] = mpr_tensor_retain(mpr_module_parameter(m, i, NULL));
+        TU_GRADCHECK("lstm", f_lstm, m, 11, in, 1e-7, 1e-5);
+        for (int i = 0; i < 11; i++) mpr_tensor_release(in[i]);
+        mpr_module_destroy(m);
+    }
+    mpr_generator_destroy(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sequential_names), cmocka_unit_test(test_init),
+        cmocka_unit_test(test_train_eval_layers), cmocka_unit_test(test_lstm_values),
+        cmocka_unit_test(test_lstm_grad),
+    };
+    int64_t live = mpr_tensor_live_count();
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (mpr_tensor_live_count() != live) {
+        fprintf(stderr, "leak: %lld live tensors\n", (long long)(mpr_tensor_live_count() - live));
+        return 1;
+    }
+    return rc;
+}
