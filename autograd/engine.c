@@ -292,7 +292,11 @@ static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
             if (!meta_matches(&node->out_meta[0], e->buf[0])) {
                 rc = mpri_err_shape2("backward", "leaf gradient shape differs from the leaf:", e->buf[0], node->leaf);
             } else if (t->opts.sink) {
+                bool prev = mpr_set_grad_enabled(false);
+                mpr_scope_begin();
                 rc = t->opts.sink(t->opts.sink_ctx, node->leaf, e->buf[0]);
+                mpr_scope_end();
+                mpr_set_grad_enabled(prev);
             } else {
                 rc = accumulate_leaf(node->leaf, e->buf[0]);
             }

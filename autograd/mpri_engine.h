@@ -32,10 +32,12 @@
 
 #include "mpri_autograd.h"
 
-/* Receives the gradient for leaf tensor `leaf` (BORROWED; NULL if the leaf died
- * since the graph was built — then the gradient is dropped without calling).
- * `grad` is BORROWED: retain it to keep it. Return MPR_OK or an error that
- * stops the pass. */
+/* Receives the gradient for leaf tensor `leaf` (BORROWED; if the leaf died
+ * since the graph was built the gradient is dropped without calling).
+ * `grad` is BORROWED: retain it to keep it. The sink runs with grad mode off
+ * inside a scope of the engine: op results it creates are freed when it
+ * returns unless it takes them with mpr_scope_keep(). Return MPR_OK or an
+ * error that stops the pass. */
 typedef mpr_err_t (*mpri_grad_sink_fn)(void *ctx, mpr_tensor_t *leaf, mpr_tensor_t *grad);
 
 typedef struct mpri_engine_opts {

@@ -28,7 +28,7 @@ static mpr_err_t sink(void *ctx, mpr_tensor_t *leaf, mpr_tensor_t *grad) {
     for (int i = 0; i < m->n; i++)
         if (m->keys[i] == leaf) return mpr_add_(m->grads[i], grad);
     m->keys[m->n] = leaf;
-    m->grads[m->n] = mpr_clone(grad); /* caller-owned: no scope here */
+    m->grads[m->n] = mpr_scope_keep(mpr_clone(grad)); /* sinks run in an engine scope */
     m->n++;
     return MPR_OK;
 }
