@@ -4,12 +4,16 @@
  *   otherwise:      buf = d on the first step, else momentum * buf + (1 - dampening) * d;
  *                   d = nesterov ? d + momentum * buf : buf;  p -= lr * d.
  *
- * Invariants: one fused pass over each parameter (and its momentum buffer)
- * per step, directly on the contiguous storage, followed by a version bump of
+ * Invariants: the update is a few BLAS axpy/scal passes directly on the
+ * contiguous storage (vectorized; the momentum buffer is updated from the
+ * old parameter before the parameter moves), followed by a version bump of
  * the parameter (mpri_bump_version, what every in-place op does); momentum
  * buffers are created on a parameter's first step with a gradient and are
  * owned by the optimizer. */
+#include <cblas.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mpri_autograd.h"
 #include "mpri_optim.h"
@@ -19,27 +23,33 @@ typedef struct {
     mpr_tensor_t **buf; /* [n_params], NULL until first used */
 } sgd_state_t;
 
-#define SGD_UPDATE(T)                                                                   \
-    do {                                                                                \
-        T *pd = mpr_tensor_data(p);                                                     \
-        const T *gd = mpr_tensor_data(g);                                               \
-        const T lr = (T)opt->lr, wd = (T)s->o.weight_decay, mom = (T)s->o.momentum;     \
-        const T damp = (T)(1.0 - s->o.dampening);                                       \
-        if (s->o.momentum == 0.0) {                                                     \
-            if (wd == 0)                                                                \
-                for (int64_t j = 0; j < n; j++) pd[j] -= lr * gd[j];                    \
-            else                                                                        \
-                for (int64_t j = 0; j < n; j++) pd[j] -= lr * (gd[j] + wd * pd[j]);     \
-        } else {                                                                        \
-            T *bd = mpr_tensor_data(buf);                                               \
-            for (int64_t j = 0; j < n; j++) {                                           \
-                T d = gd[j] + wd * pd[j];                                               \
-                T b = first ? d : mom * bd[j] + damp * d;                               \
-                bd[j] = b;                                                              \
-                pd[j] -= lr * (s->o.nesterov ? d + mom * b : b);                        \
-            }                                                                           \
-        }                                                                               \
-    } while (0)
+/* y += a x, x/y contiguous, n elements of dtype dt (BLAS axpy, chunked so
+ * every call's length fits an int). */
+static void axpy(mpr_dtype_t dt, int64_t n, double a, const void *x, void *y) {
+    size_t esz = mpr_dtype_size(dt);
+    for (int64_t off = 0; off < n; off += INT_MAX / 2) {
+        int len = (int)(n - off < INT_MAX / 2 ? n - off : INT_MAX / 2);
+        const char *xs = (const char *)x + (size_t)off * esz;
+        char *ys = (char *)y + (size_t)off * esz;
+        if (dt == MPR_F32)
+            cblas_saxpy(len, (float)a, (const float *)xs, 1, (float *)ys, 1);
+        else
+            cblas_daxpy(len, a, (const double *)xs, 1, (double *)ys, 1);
+    }
+}
+
+/* x *= a. */
+static void scal(mpr_dtype_t dt, int64_t n, double a, void *x) {
+    size_t esz = mpr_dtype_size(dt);
+    for (int64_t off = 0; off < n; off += INT_MAX / 2) {
+        int len = (int)(n - off < INT_MAX / 2 ? n - off : INT_MAX / 2);
+        char *xs = (char *)x + (size_t)off * esz;
+        if (dt == MPR_F32)
+            cblas_sscal(len, (float)a, (float *)xs, 1);
+        else
+            cblas_dscal(len, a, (double *)xs, 1);
+    }
+}
 
 static mpr_err_t sgd_step(mpr_optimizer_t *opt, mpr_tensor_t *const *grads) {
     sgd_state_t *s = opt->state;
@@ -56,10 +66,33 @@ static mpr_err_t sgd_step(mpr_optimizer_t *opt, mpr_tensor_t *const *grads) {
             buf = s->buf[i];
         }
         int64_t n = mpr_tensor_numel(p);
-        if (p->dtype == MPR_F32)
-            SGD_UPDATE(float);
-        else
-            SGD_UPDATE(double);
+        mpr_dtype_t dt = p->dtype;
+        void *pd = mpr_tensor_data(p);
+        const void *gd = mpr_tensor_data(g);
+        double lr = opt->lr, wd = s->o.weight_decay, mom = s->o.momentum;
+        double damp = 1.0 - s->o.dampening;
+        if (mom != 0.0) {
+            /* buf = d (first) or mom * buf + damp * d, with d = g + wd * p (old p) */
+            void *bd = mpr_tensor_data(buf);
+            if (first) {
+                memcpy(bd, gd, (size_t)n * mpr_dtype_size(dt));
+                if (wd != 0.0) axpy(dt, n, wd, pd, bd);
+            } else {
+                scal(dt, n, mom, bd);
+                axpy(dt, n, damp, gd, bd);
+                if (wd != 0.0) axpy(dt, n, damp * wd, pd, bd);
+            }
+            if (s->o.nesterov) { /* p -= lr (g + wd p + mom buf) */
+                if (wd != 0.0) scal(dt, n, 1.0 - lr * wd, pd);
+                axpy(dt, n, -lr, gd, pd);
+                axpy(dt, n, -lr * mom, bd, pd);
+            } else {
+                axpy(dt, n, -lr, bd, pd);
+            }
+        } else { /* p -= lr (g + wd p) */
+            if (wd != 0.0) scal(dt, n, 1.0 - lr * wd, pd);
+            axpy(dt, n, -lr, gd, pd);
+        }
         mpri_bump_version(p);
     }
     return MPR_OK;
