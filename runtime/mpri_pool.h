@@ -31,6 +31,8 @@ int mpri_pool_busy(void);
 /* Tasks queued, not yet running. */
 int mpri_pool_queued(void);
 bool mpri_pool_running(void);
+/* True on a pool thread, or on any thread while it runs a pool task (a
+ * waiter helping): such code is serving incoming work. */
 bool mpri_on_pool_thread(void);
 
 #endif

@@ -39,11 +39,12 @@ static struct {
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local bool is_pool_thread;
+static _Thread_local int task_depth; /* > 0 while this thread runs a task */
 
 #define POOL_SPIN_NS 20000   /* how long an idle worker spins before sleeping */
 #define POOL_POLL_NS 300000  /* ... and how long the polling one keeps polling */
 
-bool mpri_on_pool_thread(void) { return is_pool_thread; }
+bool mpri_on_pool_thread(void) { return is_pool_thread || task_depth > 0; }
 bool mpri_pool_running(void) { return atomic_load(&pool.started); }
 int mpri_pool_queued(void) { return atomic_load(&pool.queued); }
 int mpri_pool_busy(void) { return atomic_load(&pool.queued) + atomic_load(&pool.running_tasks); }
@@ -60,7 +61,9 @@ static bool pop_locked(task_t *out) {
 }
 
 static void run_task(task_t *t) {
+    task_depth++;
     t->fn(t->arg);
+    task_depth--;
     atomic_fetch_sub(&pool.running_tasks, 1);
 }
 

@@ -29,10 +29,12 @@ extern void (*mpri_after_stop_hook)(void);
 
 static void stop_local(bool free_comms) {
     atomic_store(&mpri_rt.state, MPRI_STOPPED);
+    /* Fail what is pending first, so waiters return at once; replies that
+     * handlers still send while the pool drains find nothing and are dropped. */
+    mpri_pending_fail_all(MPR_ERR_SHUTDOWN, "the runtime shut down before the reply arrived");
     mpri_event_signal();
     mpri_progress_stop();
     mpri_pool_stop();
-    mpri_pending_fail_all(MPR_ERR_SHUTDOWN, "the runtime shut down before the reply arrived");
     if (mpri_after_stop_hook) mpri_after_stop_hook();
     if (free_comms) {
         MPI_Comm_free(&mpri_rt.comm);

@@ -213,7 +213,10 @@ fail:
 
 bool mpr_is_running(void) { return mpri_state() == MPRI_RUNNING; }
 
-int mpr_world_size(void) { return mpri_state() == MPRI_RUNNING ? mpri_rt.size : 0; }
+int mpr_world_size(void) {
+    int s = mpri_state();
+    return s == MPRI_RUNNING || s == MPRI_STOPPING ? mpri_rt.size : 0;
+}
 
 mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out) {
     mpr_err_t e = mpri_check_running("mpr_get_worker_info_by_rank");

@@ -8,6 +8,9 @@
 #include "mpitest.h"
 
 static int rank, size;
+/* Handlers may run before main() has stored rank/size: ask the runtime. */
+#define SELF_RANK() mpitest_rank()
+#define WORLD() mpr_world_size()
 
 static mpr_err_t fn_add(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
     int64_t a, b;
@@ -69,7 +72,7 @@ static mpr_err_t fn_nested(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_val
     }
     mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_int(depth - 1));
     mpr_value_t *r = NULL;
-    e = mpr_rpc_sync(mpr_to_rank((rank + 1) % size), "nested", a, MPR_TIMEOUT_DEFAULT, &r);
+    e = mpr_rpc_sync(mpr_to_rank((SELF_RANK() + 1) % WORLD()), "nested", a, MPR_TIMEOUT_DEFAULT, &r);
     mpr_value_release(a);
     if (e) return e;
     int64_t below;
@@ -104,7 +107,7 @@ static mpr_err_t fn_async_chain(mpr_call_ctx_t *ctx, const mpr_value_t *args, mp
         return MPR_OK;
     }
     mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_int(depth - 1));
-    mpr_future_t *f = mpr_rpc_async(mpr_to_rank((rank + 1) % size), "async_chain", a, MPR_TIMEOUT_DEFAULT);
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank((SELF_RANK() + 1) % WORLD()), "async_chain", a, MPR_TIMEOUT_DEFAULT);
     mpr_value_release(a);
     *out = mpr_future_then(f, add_one, NULL);
     mpr_future_release(f);
@@ -185,7 +188,7 @@ static void test_self_call(void) {
 }
 
 static void test_remote_error(void) {
-    int dst = (rank + 1) % size;
+    int dst = (SELF_RANK() + 1) % WORLD();
     mpr_value_t *r = NULL;
     CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "fail", NULL, 0, &r), MPR_ERR_REMOTE);
     char expect[64];
@@ -239,7 +242,7 @@ static void test_timeout(void) {
 }
 
 static void test_values_roundtrip(void) {
-    int dst = (rank + 1) % size;
+    int dst = (SELF_RANK() + 1) % WORLD();
     int64_t shape[2] = {3, 4};
     mpr_tensor_t *t = mpr_tensor_empty(MPR_F64, 2, shape);
     for (int i = 0; i < 12; i++) ((double *)mpr_tensor_data(t))[i] = i * 0.5;

@@ -6,6 +6,9 @@
 #include "mpitest.h"
 
 static int rank, size;
+/* Handlers may run before main() has stored rank/size: ask the runtime. */
+#define SELF_RANK() mpitest_rank()
+#define WORLD() mpr_world_size()
 
 static mpr_err_t fn_mix(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
     int64_t a, b;
@@ -23,7 +26,7 @@ static mpr_err_t fn_sum_hop(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_va
     if ((e = mpr_args_tensor(args, 0, &t)) || (e = mpr_args_int(args, 1, &hops))) return e;
     if (hops > 0) {
         mpr_value_t *fwd = mpr_value_list_of(2, mpr_value_new_tensor(t), mpr_value_new_int(hops - 1));
-        e = mpr_rpc_sync(mpr_to_rank((rank + 1) % size), "sum_hop", fwd, 60, result);
+        e = mpr_rpc_sync(mpr_to_rank((SELF_RANK() + 1) % WORLD()), "sum_hop", fwd, 60, result);
         mpr_value_release(fwd);
         return e;
     }

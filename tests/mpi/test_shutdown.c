@@ -11,6 +11,9 @@
 #include "mpitest.h"
 
 static int rank, size;
+/* Handlers may run before main() has stored rank/size: ask the runtime. */
+#define SELF_RANK() mpitest_rank()
+#define WORLD() mpr_world_size()
 static atomic_long executed;
 
 static mpr_err_t fn_count(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
@@ -21,7 +24,7 @@ static mpr_err_t fn_count(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_valu
     usleep((useconds_t)(token % 3) * 500);
     if (forward > 0) { /* fire and forget: nobody waits for this one */
         mpr_value_t *fwd = ints2(forward - 1, token + 1);
-        mpr_future_release(mpr_rpc_async(mpr_to_rank((rank + 1) % size), "count", fwd, 0));
+        mpr_future_release(mpr_rpc_async(mpr_to_rank((SELF_RANK() + 1) % WORLD()), "count", fwd, 0));
         mpr_value_release(fwd);
     }
     *result = mpr_value_new_int(token);

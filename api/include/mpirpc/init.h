@@ -58,7 +58,7 @@ bool mpr_is_running(void);
 mpr_err_t mpr_get_worker_info(const char *name, mpr_worker_info_t *out);
 mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out);
 mpr_err_t mpr_get_self_worker_info(mpr_worker_info_t *out);
-/* Number of workers (0 when not running). */
+/* Number of workers (0 before init and after shutdown). */
 int mpr_world_size(void);
 
 /* Checks a worker name (MPR_ERR_INVALID_ARG with the reason). */
