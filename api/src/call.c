@@ -5,13 +5,17 @@
  * registry is looked up by the header's function id), then the argument
  * value. Invariants: every CALL gets exactly one reply (result or error) and
  * is counted processed only after that reply was sent; an async function's
- * message is kept until its future completes, without holding a thread. */
+ * message is kept until its future completes, without holding a thread; a
+ * call whose arguments carry RRefs not yet confirmed by their owners runs
+ * only once they are (a continuation on their confirmation, no thread held).
+ * mpri_call_invoke/mpri_call_failure_text are shared with REMOTE_CALL. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpri_future.h"
 #include "mpri_registry.h"
+#include "mpri_rref.h"
 #include "mpri_runtime.h"
 
 const mpr_worker_info_t *mpr_call_caller(const mpr_call_ctx_t *ctx) { return ctx->caller; }
@@ -20,11 +24,47 @@ void *mpr_call_user_data(const mpr_call_ctx_t *ctx) { return ctx->function->user
 
 static const char *self_name(void) { return mpri_rt.workers[mpri_rt.rank].name; }
 
+void mpri_call_failure_text(char *buf, size_t len, const char *fn, mpr_err_t code, const char *detail) {
+    snprintf(buf, len, "On %s (rank %d): function '%s' failed: %s: %s", self_name(), mpri_rt.rank, fn,
+             mpr_error_name(code), detail && *detail ? detail : mpr_strerror(code));
+}
+
 static void reply_failure(const mpri_msg_t *msg, const char *fn, mpr_err_t code, const char *detail) {
     char text[1400];
-    snprintf(text, sizeof text, "On %s (rank %d): function '%s' failed: %s: %s", self_name(), mpri_rt.rank,
-             fn, mpr_error_name(code), detail && *detail ? detail : mpr_strerror(code));
+    mpri_call_failure_text(text, sizeof text, fn, code, detail);
     mpri_reply_error(msg, MPR_ERR_REMOTE, text);
+}
+
+mpr_future_t *mpri_call_invoke(const mpri_function_t *fn, const mpr_worker_info_t *caller,
+                               const mpr_value_t *args) {
+    mpr_call_ctx_t ctx = {fn, caller};
+    mpr_error_clear();
+    mpr_future_t *fut = NULL;
+    mpr_err_t e;
+    if (fn->fn) {
+        mpr_value_t *result = NULL;
+        e = fn->fn(&ctx, args, &result);
+        char detail[1100];
+        snprintf(detail, sizeof detail, "%s", mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
+        if (e != MPR_OK) {
+            mpr_value_release(result);
+            result = NULL;
+        }
+        if (!(fut = mpr_future_create())) {
+            mpr_value_release(result);
+            return NULL;
+        }
+        if (e == MPR_OK) mpr_future_set_result(fut, result);
+        else mpr_future_set_error(fut, e, detail);
+        return fut;
+    }
+    e = fn->afn(&ctx, args, &fut);
+    if (e == MPR_OK && fut) return fut;
+    if (e == MPR_OK) mpr_error_set(e = MPR_ERR_STATE, "async function returned no future");
+    mpr_future_release(fut);
+    if ((fut = mpr_future_create()))
+        mpr_future_set_error(fut, e, mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
+    return fut;
 }
 
 static void reply_from_future(mpr_future_t *f, void *arg) {
@@ -37,6 +77,21 @@ static void reply_from_future(mpr_future_t *f, void *arg) {
         reply_failure(msg, fn ? fn->name : "?", e, mpr_future_error_message(f));
     mpr_future_release(f);
     mpri_msg_done(msg);
+}
+
+typedef struct {
+    mpri_msg_t *msg;
+    const mpri_function_t *fn;
+    mpr_value_t *args;
+} deferred_call_t;
+
+static void run_call(mpri_msg_t *msg, const mpri_function_t *fn, mpr_value_t *args);
+
+static void run_deferred_call(mpr_future_t *ready, void *arg) {
+    deferred_call_t d = *(deferred_call_t *)arg;
+    free(arg);
+    mpr_future_release(ready);
+    run_call(d.msg, d.fn, d.args);
 }
 
 static void handle_call(mpri_msg_t *msg) {
@@ -62,8 +117,11 @@ static void handle_call(mpri_msg_t *msg) {
         return;
     }
     mpr_value_t *args = NULL;
+    mpri_rref_record_begin();
     mpr_err_t e = mpri_msg_decode_value(msg, 2u + name_len, &args);
+    mpr_future_t *ready = mpri_rref_record_end();
     if (e) {
+        mpr_future_release(ready);
         char text[1400];
         snprintf(text, sizeof text, "On %s: cannot decode the arguments of '%s': %s", self_name(), name,
                  mpr_last_error());
@@ -71,6 +129,21 @@ static void handle_call(mpri_msg_t *msg) {
         mpri_msg_done(msg);
         return;
     }
+    if (ready) { /* RRef arguments not confirmed yet: run once they are, holding no thread */
+        deferred_call_t *d = malloc(sizeof *d);
+        if (d) {
+            *d = (deferred_call_t){msg, fn, args};
+            mpri_future_on_complete(ready, run_deferred_call, d); /* takes over `ready` */
+            return;
+        }
+        mpr_future_release(ready);
+    }
+    run_call(msg, fn, args);
+}
+
+/* Run `fn` for CALL `msg` and reply; consumes `args` and `msg`. */
+static void run_call(mpri_msg_t *msg, const mpri_function_t *fn, mpr_value_t *args) {
+    mpr_err_t e;
     mpr_call_ctx_t ctx = {fn, &mpri_rt.workers[msg->src]};
     mpr_error_clear();
     if (fn->fn) {

@@ -6,6 +6,7 @@
 #include "mpirpc/future.h"
 #include "mpirpc/init.h"
 #include "mpirpc/rpc.h"
+#include "mpirpc/rref.h"
 #include "mpirpc/tensor.h"
 #include "mpirpc/value.h"
 

@@ -1,0 +1,147 @@
+/* mpri_rref.h — internal state of the RRef layer (not installed).
+ *
+ * Objects (see rref_context.c for the protocol state machine):
+ *  - mpri_gid_t: a globally unique id (creator rank, per-rank counter); RRef
+ *    ids and fork ids share the counter.
+ *  - mpri_owner_t: the OwnerRRef record on the owner: the value future
+ *    (completed with the value or the creation error), the set of forks (user
+ *    RRefs the owner knows of, plus "tombstones" of deletes that arrived
+ *    before the creation), refcounted by the owners table (while any fork
+ *    exists or the creation is pending), by owner handles and by in-flight
+ *    fetches. The last reference releases the value (destructor runs).
+ *  - struct mpr_rref: a handle. On the owner it points to the record; on a
+ *    user it is one UserRRef with its fork id and state PENDING ->
+ *    CONFIRMED | FAILED. Refcounted by the application, by values, by the
+ *    pending-user state (until confirmed) and by pending children (G2).
+ * One mutex guards the tables, fork sets and user states. It is never held
+ * while sending, completing a future, running a callback or releasing a
+ * value (a loopback send runs inline handlers that take it again). */
+#ifndef MPRI_RREF_H
+#define MPRI_RREF_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mpirpc/rref.h"
+#include "mpri_buf.h"
+#include "mpri_registry.h"
+
+typedef struct mpri_gid {
+    uint32_t rank;
+    uint64_t seq;
+} mpri_gid_t;
+
+static inline bool mpri_gid_eq(mpri_gid_t a, mpri_gid_t b) { return a.rank == b.rank && a.seq == b.seq; }
+static inline uint64_t mpri_gid_hash(mpri_gid_t g) {
+    return (g.seq * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)g.rank * 0xc2b2ae3d27d4eb4full);
+}
+mpri_gid_t mpri_gid_new(void);
+void mpri_gid_put(mpri_buf_t *b, mpri_gid_t g);
+mpr_err_t mpri_gid_read(mpri_reader_t *r, mpri_gid_t *g);
+
+enum { FORK_LIVE = 0, FORK_TOMBSTONE = 1 };
+typedef struct mpri_fork_ent {
+    mpri_gid_t fork;
+    int kind; /* FORK_LIVE: a user the owner knows; FORK_TOMBSTONE: deleted before creation */
+} mpri_fork_ent_t;
+
+typedef struct mpri_owner {
+    mpri_gid_t id;
+    atomic_long refcount;
+    mpr_future_t *value; /* completes once: the value or the creation error */
+    bool created;        /* creation finished (value future completed); under the lock */
+    bool in_table;       /* the owners table holds a reference; under the lock */
+    mpri_fork_ent_t *forks;
+    size_t nforks, capforks;
+    struct mpri_owner *hnext;
+} mpri_owner_t;
+
+enum { USER_PENDING = 0, USER_CONFIRMED, USER_FAILED };
+
+#define MPRI_RREF_MAGIC 0x52524546u /* "RREF" */
+#define MPRI_RREF_DEAD 0xdead4eefu
+
+struct mpr_rref {
+    uint32_t magic;
+    atomic_long refcount;
+    mpri_gid_t id;
+    int owner_rank;
+    char owner_name[MPR_MAX_NAME_LEN];
+    bool is_owner;
+    mpri_owner_t *owner; /* is_owner: one reference */
+    /* user side (under the lock) */
+    mpri_gid_t fork;
+    int state;
+    bool creator;      /* made by mpr_remote: confirmed by REMOTE_RET */
+    bool owner_knows;  /* the owner recorded (or will record) this fork: deletion must be sent */
+    bool deleted;      /* the delete was sent, or the runtime stopped */
+    mpr_err_t err;
+    char *errmsg;
+    mpr_future_t *ready; /* completes when the user leaves PENDING (NULL if born confirmed) */
+    struct mpr_rref *prev, *next; /* live user handles */
+};
+
+/* ---- rref_context.c ---- */
+typedef struct mpri_rref_ctx {
+    pthread_mutex_t lock;
+    atomic_long owners_live;     /* owner records alive */
+    long users_live;             /* user handles not yet deleted (lock) */
+    long pending_users;          /* users awaiting confirmation (lock) */
+    long pending_children;       /* forks sent by this user awaiting CHILD_ACCEPT (lock) */
+    atomic_long pending_futures; /* control requests / creations awaiting their reply */
+} mpri_rref_ctx_t;
+extern mpri_rref_ctx_t mpri_rref_ctx;
+
+/* Owner records. get_or_create returns a new reference. */
+mpri_owner_t *mpri_owner_get_or_create(mpri_gid_t id);
+mpri_owner_t *mpri_owner_new_local(mpri_gid_t id, mpr_value_t *value);
+void mpri_owner_retain(mpri_owner_t *o);
+void mpri_owner_release(mpri_owner_t *o);
+/* Fork set changes (idempotent). */
+void mpri_owner_add_fork(mpri_owner_t *o, mpri_gid_t fork);
+void mpri_owner_del_fork(mpri_gid_t id, mpri_gid_t fork);
+/* Complete the creation: value (borrowed) or error. Idempotent (later calls ignored). */
+void mpri_owner_set_value(mpri_owner_t *o, mpr_err_t code, const char *message, mpr_value_t *value);
+
+/* Handles. */
+mpr_rref_t *mpri_rref_new_owner_handle(mpri_owner_t *o); /* takes a new reference to o */
+mpr_rref_t *mpri_rref_new_user(mpri_gid_t id, int owner_rank, mpri_gid_t fork, int state);
+/* MPR_OK if `r` is a live handle, else MPR_ERR_INVALID_ARG / MPR_ERR_STATE. */
+mpr_err_t mpri_rref_check(const mpr_rref_t *r, const char *what);
+/* User state transitions PENDING -> CONFIRMED / FAILED (lock taken inside;
+ * no-ops in any other state); they drop the pending state's reference. */
+void mpri_rref_user_confirm(mpr_rref_t *r);
+void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message);
+/* The creation error of a failed user, copied into the thread's error. */
+mpr_err_t mpri_rref_user_error(mpr_rref_t *r);
+/* Pending children (G2): keep `parent` alive until CHILD_ACCEPT(fork). */
+void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent);
+mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork);
+
+/* ---- rref_proto.c ---- */
+void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork);
+void mpri_rref_send_fork_request(mpr_rref_t *user, int parent);
+void mpri_rref_send_child_accept(int parent, mpri_gid_t fork);
+/* Thread-local recording of the RRefs decoded while handling a request
+ * (PyTorch's recordThreadLocalPendingRRefs): end returns NULL if all are
+ * ready, else a future (new reference) completing once they are. */
+void mpri_rref_record_begin(void);
+mpr_future_t *mpri_rref_record_end(void);
+void mpri_rref_record_ready_future(mpr_future_t *f);
+/* Drop a value, deferring it to the pool when called in the progress context
+ * (destructors are user code and may block). */
+void mpri_value_release_deferred(mpr_value_t *v);
+
+/* ---- call.c (shared with CALL handling) ---- */
+/* Run `fn` with `args` (borrowed) for `caller`: a future of its outcome (new
+ * reference; NULL only out of memory). A failure carries the handler's own
+ * code and detail; mpri_call_failure_text() turns it into the remote error
+ * text "On <worker> (rank r): function 'f' failed: CODE: detail". */
+mpr_future_t *mpri_call_invoke(const mpri_function_t *fn, const mpr_worker_info_t *caller,
+                               const mpr_value_t *args);
+/* Format the remote error text of a failed function into buf. */
+void mpri_call_failure_text(char *buf, size_t len, const char *fn, mpr_err_t code, const char *detail);
+
+#endif

@@ -1,0 +1,592 @@
+/* rref_context.c — the RRef layer's per-rank state: ids, owner records and
+ * their fork sets, handles (owner and user), pending users and children,
+ * counters for debug info, and the graceful-shutdown sweep.
+ *
+ * Protocol state machine (PyTorch rref.rst semantics; messages in rref_proto.c):
+ *
+ * Owner record (on the owner), per RRef id:
+ *   ABSENT --REMOTE_CALL | FETCH | FORK_REQUEST | USER_DELETE | decode--> PENDING
+ *     (in the owners table; value future not complete)
+ *   ABSENT --mpr_rref_create_local--> CREATED (not in the table: only the
+ *     local handle refers to it)
+ *   PENDING --function done (mpri_owner_set_value)--> CREATED
+ *   CREATED: in the table while its fork set is non-empty; leaves it when the
+ *     last fork is deleted; freed (value released, destructor runs) when the
+ *     last reference (table, owner handles, in-flight fetches) goes.
+ * Fork set: add (creator fork from REMOTE_CALL, FORK_REQUEST from a new
+ *   user, the owner itself sharing the RRef) and delete (USER_DELETE) are
+ *   idempotent. A delete that arrives before the creation (the creator's
+ *   remote() timed out and its user was dropped) leaves a tombstone that the
+ *   late add cancels, so no fork outlives its user.
+ *
+ * User handle (UserRRef, one per fork id):
+ *   PENDING --REMOTE_RET ok | FORK_REQUEST acked--> CONFIRMED
+ *   PENDING --creation error/timeout | fork request failed--> FAILED
+ *   any --last reference dropped | graceful-shutdown sweep--> DELETED: a
+ *     USER_DELETE goes to the owner if the owner recorded (or will record)
+ *     this fork (G1). While PENDING the pending state holds a reference, so
+ *     a user is never deleted before the owner knows it.
+ *   G2: a user that forks its RRef keeps a reference in the pending-children
+ *   table until the child's CHILD_ACCEPT arrives (after the owner confirmed
+ *   the child), so the parent's delete cannot overtake the child's fork.
+ *
+ * Graceful shutdown (before_graceful hook): wait until no user is pending
+ * and no child is unconfirmed, delete every live user, wait until every
+ * control request is acknowledged. After the runtime stopped (after_stop),
+ * whatever is left is reported on stderr with its id and dropped.
+ *
+ * Invariants: the lock is never held while sending, completing futures,
+ * running callbacks or releasing values; counters are changed under it
+ * (owners_live and pending_futures are atomics). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "mpri_event.h"
+#include "mpri_future.h"
+#include "mpri_pool.h"
+#include "mpri_rref.h"
+#include "mpri_runtime.h"
+
+mpri_rref_ctx_t mpri_rref_ctx = {.lock = PTHREAD_MUTEX_INITIALIZER};
+#define CTX mpri_rref_ctx
+
+static atomic_uint_fast64_t gid_counter;
+
+#define OWNER_BUCKETS 4096
+#define CHILD_BUCKETS 1024
+#define QUARANTINE 1024
+
+typedef struct child_ent {
+    mpri_gid_t fork;
+    mpr_rref_t *parent;
+    struct child_ent *next;
+} child_ent_t;
+
+static struct {
+    mpri_owner_t *owners[OWNER_BUCKETS];
+    long owners_in_table;
+    child_ent_t *children[CHILD_BUCKETS];
+    mpr_rref_t users; /* sentinel of the live-user list */
+    mpr_rref_t *quarantine[QUARANTINE];
+    size_t quarantine_next;
+    bool graceful;
+} st = {.users = {.prev = &st.users, .next = &st.users}};
+
+mpri_gid_t mpri_gid_new(void) {
+    mpri_gid_t g = {(uint32_t)mpri_rt.rank, (uint64_t)atomic_fetch_add(&gid_counter, 1) + 1};
+    return g;
+}
+
+void mpri_gid_put(mpri_buf_t *b, mpri_gid_t g) {
+    mpri_buf_put_u32(b, g.rank);
+    mpri_buf_put_u64(b, g.seq);
+}
+
+mpr_err_t mpri_gid_read(mpri_reader_t *r, mpri_gid_t *g) {
+    mpr_err_t e = mpri_read_u32(r, &g->rank);
+    if (!e) e = mpri_read_u64(r, &g->seq);
+    if (!e && (int64_t)g->rank >= mpri_rt.size)
+        e = mpr_error_set(MPR_ERR_DECODE, "RRef id names rank %u (world size %d)", g->rank, mpri_rt.size);
+    return e;
+}
+
+/* ---- deferred releases (destructors are user code: never on the progress thread) ---- */
+
+static void release_value_task(void *arg) { mpr_value_release(arg); }
+static void release_future_task(void *arg) { mpr_future_release(arg); }
+
+void mpri_value_release_deferred(mpr_value_t *v) {
+    if (v && mpri_in_progress_context() && mpri_pool_running() &&
+        mpri_pool_submit(release_value_task, release_value_task, v) == MPR_OK)
+        return;
+    mpr_value_release(v);
+}
+
+/* ---- owner records ---- */
+
+static mpri_owner_t **owner_bucket(mpri_gid_t id) { return &st.owners[mpri_gid_hash(id) % OWNER_BUCKETS]; }
+
+static mpri_owner_t *owner_find_locked(mpri_gid_t id) {
+    for (mpri_owner_t *o = *owner_bucket(id); o; o = o->hnext)
+        if (mpri_gid_eq(o->id, id)) return o;
+    return NULL;
+}
+
+static void owner_link_locked(mpri_owner_t *o) {
+    mpri_owner_t **b = owner_bucket(o->id);
+    o->hnext = *b;
+    *b = o;
+    o->in_table = true;
+    atomic_fetch_add(&o->refcount, 1);
+    st.owners_in_table++;
+}
+
+/* Unlink; the caller drops the table's reference after unlocking. */
+static void owner_unlink_locked(mpri_owner_t *o) {
+    for (mpri_owner_t **l = owner_bucket(o->id); *l; l = &(*l)->hnext)
+        if (*l == o) {
+            *l = o->hnext;
+            break;
+        }
+    o->hnext = NULL;
+    o->in_table = false;
+    st.owners_in_table--;
+}
+
+/* Put `o` in or out of the table per its state; true if the caller must drop
+ * the table's reference (after unlocking). */
+static bool owner_settle_locked(mpri_owner_t *o) {
+    bool want = o->nforks > 0 || !o->created;
+    if (want && !o->in_table) owner_link_locked(o);
+    if (!want && o->in_table) {
+        owner_unlink_locked(o);
+        return true;
+    }
+    return false;
+}
+
+static mpri_owner_t *owner_alloc(mpri_gid_t id) {
+    mpri_owner_t *o = calloc(1, sizeof *o);
+    if (!o || !(o->value = mpr_future_create())) {
+        free(o);
+        mpr_error_set(MPR_ERR_NOMEM, "RRef: out of memory");
+        return NULL;
+    }
+    o->id = id;
+    atomic_init(&o->refcount, 1);
+    atomic_fetch_add(&CTX.owners_live, 1);
+    return o;
+}
+
+mpri_owner_t *mpri_owner_get_or_create(mpri_gid_t id) {
+    pthread_mutex_lock(&CTX.lock);
+    mpri_owner_t *o = owner_find_locked(id);
+    if (o) {
+        atomic_fetch_add(&o->refcount, 1);
+    } else if ((o = owner_alloc(id))) {
+        owner_link_locked(o); /* pending creation: the table keeps it */
+    }
+    pthread_mutex_unlock(&CTX.lock);
+    return o;
+}
+
+mpri_owner_t *mpri_owner_new_local(mpri_gid_t id, mpr_value_t *value) {
+    mpri_owner_t *o = owner_alloc(id);
+    if (!o) return NULL;
+    o->created = true;
+    mpr_future_set_result(o->value, mpr_value_retain(value));
+    return o;
+}
+
+void mpri_owner_retain(mpri_owner_t *o) { atomic_fetch_add(&o->refcount, 1); }
+
+void mpri_owner_release(mpri_owner_t *o) {
+    if (!o || atomic_fetch_sub(&o->refcount, 1) != 1) return;
+    /* The value (inside the future) may hold objects whose destructors are
+     * user code: never run them on the progress thread. */
+    if (mpri_in_progress_context() && mpri_pool_running() &&
+        mpri_pool_submit(release_future_task, release_future_task, o->value) == MPR_OK)
+        o->value = NULL;
+    mpr_future_release(o->value);
+    free(o->forks);
+    free(o);
+    atomic_fetch_sub(&CTX.owners_live, 1);
+}
+
+static ssize_t fork_find(const mpri_owner_t *o, mpri_gid_t fork) {
+    for (size_t i = 0; i < o->nforks; i++)
+        if (mpri_gid_eq(o->forks[i].fork, fork)) return (ssize_t)i;
+    return -1;
+}
+
+static void fork_remove(mpri_owner_t *o, size_t i) { o->forks[i] = o->forks[--o->nforks]; }
+
+static bool fork_append(mpri_owner_t *o, mpri_gid_t fork, int kind) {
+    if (o->nforks == o->capforks) {
+        size_t cap = o->capforks ? o->capforks * 2 : 4;
+        mpri_fork_ent_t *f = realloc(o->forks, cap * sizeof *f);
+        if (!f) return false;
+        o->forks = f;
+        o->capforks = cap;
+    }
+    o->forks[o->nforks++] = (mpri_fork_ent_t){fork, kind};
+    return true;
+}
+
+void mpri_owner_add_fork(mpri_owner_t *o, mpri_gid_t fork) {
+    pthread_mutex_lock(&CTX.lock);
+    ssize_t i = fork_find(o, fork);
+    if (i >= 0 && o->forks[i].kind == FORK_TOMBSTONE)
+        fork_remove(o, (size_t)i); /* its delete came first: both seen */
+    else if (i < 0 && !fork_append(o, fork, FORK_LIVE))
+        fprintf(stderr, "mpirpc: out of memory recording a fork of RRef(%u:%llu)\n", o->id.rank,
+                (unsigned long long)o->id.seq);
+    bool drop = owner_settle_locked(o);
+    pthread_mutex_unlock(&CTX.lock);
+    if (drop) mpri_owner_release(o);
+}
+
+void mpri_owner_del_fork(mpri_gid_t id, mpri_gid_t fork) {
+    pthread_mutex_lock(&CTX.lock);
+    mpri_owner_t *o = owner_find_locked(id);
+    if (!o && (o = owner_alloc(id))) {
+        /* The creation has not arrived yet: keep a pending record with a
+         * tombstone for this fork. (owner_alloc's reference becomes the
+         * table's below.) */
+        owner_link_locked(o);
+        atomic_fetch_sub(&o->refcount, 1);
+    }
+    bool drop = false;
+    if (o) {
+        ssize_t i = fork_find(o, fork);
+        if (i >= 0 && o->forks[i].kind == FORK_LIVE)
+            fork_remove(o, (size_t)i);
+        else if (i < 0 && !o->created)
+            fork_append(o, fork, FORK_TOMBSTONE);
+        /* else: a repeated delete, ignored (idempotent) */
+        drop = owner_settle_locked(o);
+    }
+    pthread_mutex_unlock(&CTX.lock);
+    if (drop) mpri_owner_release(o);
+}
+
+void mpri_owner_set_value(mpri_owner_t *o, mpr_err_t code, const char *message, mpr_value_t *value) {
+    pthread_mutex_lock(&CTX.lock);
+    if (o->created) {
+        pthread_mutex_unlock(&CTX.lock);
+        return;
+    }
+    o->created = true;
+    mpri_owner_retain(o); /* keep it through the completion even if it leaves the table */
+    bool drop = owner_settle_locked(o);
+    pthread_mutex_unlock(&CTX.lock);
+    /* Completing runs waiting fetches' callbacks in this thread. */
+    if (code == MPR_OK)
+        mpr_future_set_result(o->value, mpr_value_retain(value));
+    else
+        mpr_future_set_error(o->value, code, message);
+    if (drop) mpri_owner_release(o);
+    mpri_owner_release(o);
+}
+
+/* ---- handles ---- */
+
+static void users_link_locked(mpr_rref_t *r) {
+    r->next = &st.users;
+    r->prev = st.users.prev;
+    st.users.prev->next = r;
+    st.users.prev = r;
+}
+
+static void users_unlink_locked(mpr_rref_t *r) {
+    if (!r->next) return;
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+    r->next = r->prev = NULL;
+}
+
+static mpr_rref_t *handle_alloc(mpri_gid_t id, int owner_rank) {
+    mpr_rref_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        mpr_error_set(MPR_ERR_NOMEM, "RRef: out of memory");
+        return NULL;
+    }
+    r->magic = MPRI_RREF_MAGIC;
+    atomic_init(&r->refcount, 1);
+    r->id = id;
+    r->owner_rank = owner_rank;
+    if (mpri_rt.workers) snprintf(r->owner_name, sizeof r->owner_name, "%s", mpri_rt.workers[owner_rank].name);
+    return r;
+}
+
+mpr_rref_t *mpri_rref_new_owner_handle(mpri_owner_t *o) {
+    mpr_rref_t *r = handle_alloc(o->id, mpri_rt.rank);
+    if (!r) return NULL;
+    r->is_owner = true;
+    r->state = USER_CONFIRMED;
+    mpri_owner_retain(o);
+    r->owner = o;
+    return r;
+}
+
+mpr_rref_t *mpri_rref_new_user(mpri_gid_t id, int owner_rank, mpri_gid_t fork, int state) {
+    mpr_rref_t *r = handle_alloc(id, owner_rank);
+    if (!r) return NULL;
+    r->fork = fork;
+    r->state = state;
+    r->owner_knows = state == USER_CONFIRMED;
+    if (state == USER_PENDING) {
+        if (!(r->ready = mpr_future_create())) {
+            free(r);
+            return NULL;
+        }
+        atomic_fetch_add(&r->refcount, 1); /* held by the pending state */
+    }
+    pthread_mutex_lock(&CTX.lock);
+    users_link_locked(r);
+    CTX.users_live++;
+    if (state == USER_PENDING) CTX.pending_users++;
+    pthread_mutex_unlock(&CTX.lock);
+    return r;
+}
+
+mpr_err_t mpri_rref_check(const mpr_rref_t *r, const char *what) {
+    if (!r) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: RRef is NULL", what);
+    if (r->magic == MPRI_RREF_DEAD)
+        return mpr_error_set(MPR_ERR_STATE, "%s: RRef used after release", what);
+    if (r->magic != MPRI_RREF_MAGIC) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: not an RRef", what);
+    return MPR_OK;
+}
+
+mpr_rref_t *mpr_rref_retain(mpr_rref_t *r) {
+    if (r && r->magic == MPRI_RREF_MAGIC) atomic_fetch_add(&r->refcount, 1);
+    return r;
+}
+
+static void handle_free(mpr_rref_t *r) {
+    free(r->errmsg);
+    r->errmsg = NULL;
+    mpr_future_release(r->ready);
+    r->ready = NULL;
+    r->magic = MPRI_RREF_DEAD;
+    /* Keep the memory a while so a use after release is reported, not UB. */
+    pthread_mutex_lock(&CTX.lock);
+    mpr_rref_t *old = st.quarantine[st.quarantine_next];
+    st.quarantine[st.quarantine_next] = r;
+    st.quarantine_next = (st.quarantine_next + 1) % QUARANTINE;
+    pthread_mutex_unlock(&CTX.lock);
+    free(old);
+}
+
+static bool runtime_alive(void) {
+    int s = mpri_state();
+    return s == MPRI_RUNNING || s == MPRI_STOPPING;
+}
+
+void mpr_rref_release(mpr_rref_t *r) {
+    if (!r) return;
+    if (r->magic != MPRI_RREF_MAGIC) {
+        fprintf(stderr, "mpirpc: mpr_rref_release: %s (ignored)\n",
+                r->magic == MPRI_RREF_DEAD ? "RRef released twice" : "not an RRef");
+        return;
+    }
+    if (atomic_fetch_sub(&r->refcount, 1) != 1) return;
+    if (r->is_owner) {
+        mpri_owner_release(r->owner);
+        r->owner = NULL;
+        handle_free(r);
+        return;
+    }
+    pthread_mutex_lock(&CTX.lock);
+    users_unlink_locked(r);
+    bool send = false;
+    if (!r->deleted) {
+        r->deleted = true;
+        CTX.users_live--;
+        send = r->owner_knows;
+    }
+    pthread_mutex_unlock(&CTX.lock);
+    if (send && runtime_alive()) mpri_rref_send_user_delete(r->owner_rank, r->id, r->fork);
+    handle_free(r);
+}
+
+static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *message) {
+    pthread_mutex_lock(&CTX.lock);
+    if (r->state != USER_PENDING) {
+        pthread_mutex_unlock(&CTX.lock);
+        return false;
+    }
+    r->state = state;
+    if (state == USER_CONFIRMED) r->owner_knows = true;
+    if (state == USER_FAILED) {
+        r->err = code;
+        r->errmsg = strdup(message && *message ? message : mpr_strerror(code));
+    }
+    CTX.pending_users--;
+    pthread_mutex_unlock(&CTX.lock);
+    mpri_future_complete(r->ready, MPR_OK, NULL, NULL);
+    mpr_rref_release(r); /* the pending state's reference */
+    return true;
+}
+
+void mpri_rref_user_confirm(mpr_rref_t *r) { leave_pending(r, USER_CONFIRMED, MPR_OK, NULL); }
+
+void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message) {
+    leave_pending(r, USER_FAILED, code, message);
+}
+
+mpr_err_t mpri_rref_user_error(mpr_rref_t *r) {
+    pthread_mutex_lock(&CTX.lock);
+    mpr_err_t code = r->err ? r->err : MPR_ERR_STATE;
+    char text[1400];
+    snprintf(text, sizeof text, "%s", r->errmsg ? r->errmsg : "RRef creation failed");
+    pthread_mutex_unlock(&CTX.lock);
+    return mpr_error_set(code, "%s", text);
+}
+
+/* ---- pending children (G2) ---- */
+
+void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent) {
+    child_ent_t *c = malloc(sizeof *c);
+    if (!c) { /* cannot record: keep the parent alive for good rather than break G2 */
+        fprintf(stderr, "mpirpc: out of memory recording an RRef child; the parent is kept\n");
+        return;
+    }
+    c->fork = fork;
+    c->parent = parent;
+    pthread_mutex_lock(&CTX.lock);
+    child_ent_t **b = &st.children[mpri_gid_hash(fork) % CHILD_BUCKETS];
+    c->next = *b;
+    *b = c;
+    CTX.pending_children++;
+    pthread_mutex_unlock(&CTX.lock);
+}
+
+mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork) {
+    mpr_rref_t *parent = NULL;
+    pthread_mutex_lock(&CTX.lock);
+    for (child_ent_t **l = &st.children[mpri_gid_hash(fork) % CHILD_BUCKETS]; *l; l = &(*l)->next) {
+        if (!mpri_gid_eq((*l)->fork, fork)) continue;
+        child_ent_t *c = *l;
+        *l = c->next;
+        parent = c->parent;
+        free(c);
+        CTX.pending_children--;
+        break;
+    }
+    pthread_mutex_unlock(&CTX.lock);
+    return parent; /* NULL: a repeated accept (idempotent) */
+}
+
+/* ---- debug info, shutdown ---- */
+
+static void rref_debug_info(mpr_debug_info_t *info) {
+    pthread_mutex_lock(&CTX.lock);
+    info->rref_owners = atomic_load(&CTX.owners_live);
+    info->rref_users = CTX.users_live;
+    info->rref_pending_users = CTX.pending_users;
+    info->rref_pending_children = CTX.pending_children;
+    info->rref_pending_futures = atomic_load(&CTX.pending_futures);
+    pthread_mutex_unlock(&CTX.lock);
+}
+
+extern double mpri_shutdown_timeout_s;
+
+/* Wait (driving progress) until `done()` or the deadline; false on timeout. */
+static bool wait_until(bool (*done)(void), int64_t deadline) {
+    while (!done()) {
+        if (deadline && mpri_now_ns() > deadline) return false;
+        uint64_t gen = mpri_event_generation();
+        if (mpri_progress_poll() > 0 || done()) continue;
+        mpri_event_wait(gen, 200000);
+    }
+    return true;
+}
+
+static bool no_pending_forks(void) {
+    pthread_mutex_lock(&CTX.lock);
+    bool done = CTX.pending_users == 0 && CTX.pending_children == 0;
+    pthread_mutex_unlock(&CTX.lock);
+    return done;
+}
+
+static bool no_pending_futures(void) { return atomic_load(&CTX.pending_futures) == 0; }
+
+/* Runs on the thread calling mpr_shutdown(true), state STOPPING. */
+static void rref_before_graceful(void) {
+    st.graceful = true;
+    int64_t deadline = mpri_shutdown_timeout_s > 0
+                           ? mpri_now_ns() + (int64_t)(mpri_shutdown_timeout_s * 1e9)
+                           : 0;
+    if (!wait_until(no_pending_forks, deadline))
+        fprintf(stderr, "mpirpc: %s: shutdown: RRef forks still unconfirmed after %.0f s\n",
+                mpri_rt.workers[mpri_rt.rank].name, mpri_shutdown_timeout_s);
+    /* Delete every live user (the application may still hold some). */
+    for (;;) {
+        mpr_rref_t *victim = NULL;
+        pthread_mutex_lock(&CTX.lock);
+        for (mpr_rref_t *r = st.users.next; r != &st.users; r = r->next)
+            if (!r->deleted) {
+                victim = r;
+                r->deleted = true;
+                CTX.users_live--;
+                break;
+            }
+        bool send = victim && victim->owner_knows;
+        pthread_mutex_unlock(&CTX.lock);
+        if (!victim) break;
+        if (send) mpri_rref_send_user_delete(victim->owner_rank, victim->id, victim->fork);
+    }
+    if (!wait_until(no_pending_futures, deadline))
+        fprintf(stderr, "mpirpc: %s: shutdown: %ld RRef control messages never acknowledged\n",
+                mpri_rt.workers[mpri_rt.rank].name, (long)atomic_load(&CTX.pending_futures));
+}
+
+/* Runs once the runtime stopped: report what is left (graceful only) and drop it. */
+static void rref_after_stop(void) {
+    const char *me = mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "?";
+    mpri_owner_t *drop = NULL;
+    child_ent_t *children = NULL;
+    pthread_mutex_lock(&CTX.lock);
+    for (int b = 0; b < OWNER_BUCKETS; b++) {
+        while (st.owners[b]) {
+            mpri_owner_t *o = st.owners[b];
+            if (st.graceful) {
+                fprintf(stderr, "mpirpc: %s: RRef leak: OwnerRRef(%u:%llu) still has %zu fork(s)%s:", me,
+                        o->id.rank, (unsigned long long)o->id.seq, o->nforks,
+                        o->created ? "" : " and was never created");
+                for (size_t i = 0; i < o->nforks; i++)
+                    fprintf(stderr, " %s(%u:%llu)", o->forks[i].kind == FORK_LIVE ? "user" : "tombstone",
+                            o->forks[i].fork.rank, (unsigned long long)o->forks[i].fork.seq);
+                fprintf(stderr, "\n");
+            }
+            owner_unlink_locked(o);
+            o->hnext = drop;
+            drop = o;
+        }
+    }
+    for (mpr_rref_t *r = st.users.next; r != &st.users; r = r->next)
+        if (!r->deleted) {
+            if (st.graceful)
+                fprintf(stderr, "mpirpc: %s: RRef leak: UserRRef(%u:%llu) fork (%u:%llu) was never deleted\n",
+                        me, r->id.rank, (unsigned long long)r->id.seq, r->fork.rank,
+                        (unsigned long long)r->fork.seq);
+            r->deleted = true;
+            CTX.users_live--;
+        }
+    for (int b = 0; b < CHILD_BUCKETS; b++)
+        while (st.children[b]) {
+            child_ent_t *c = st.children[b];
+            st.children[b] = c->next;
+            if (st.graceful)
+                fprintf(stderr, "mpirpc: %s: RRef leak: child fork (%u:%llu) of RRef(%u:%llu) never accepted\n",
+                        me, c->fork.rank, (unsigned long long)c->fork.seq, c->parent->id.rank,
+                        (unsigned long long)c->parent->id.seq);
+            c->next = children;
+            children = c;
+            CTX.pending_children--;
+        }
+    if (st.graceful && CTX.pending_users)
+        fprintf(stderr, "mpirpc: %s: RRef leak: %ld user(s) never confirmed\n", me, CTX.pending_users);
+    st.graceful = false;
+    pthread_mutex_unlock(&CTX.lock);
+    while (drop) {
+        mpri_owner_t *o = drop;
+        drop = o->hnext;
+        o->hnext = NULL;
+        mpri_owner_release(o);
+    }
+    while (children) {
+        child_ent_t *c = children;
+        children = c->next;
+        mpr_rref_release(c->parent);
+        free(c);
+    }
+}
+
+__attribute__((constructor)) static void install_rref_context(void) {
+    mpri_set_debug_info_hook(rref_debug_info);
+    mpri_set_shutdown_hooks(rref_before_graceful, rref_after_stop);
+}

@@ -1,0 +1,459 @@
+/* rref_proto.c — the RRef messages and the RRef value codec hooks.
+ *
+ * Wire forms (bodies; gid = u32 creator rank + u64 counter):
+ *   REMOTE_CALL  u16 name length, name, gid rref id, gid fork id, args value
+ *                (fork id == rref id: remote on self, no fork)   pool handler
+ *   REMOTE_RET   reply: none (or an error reply)
+ *   RREF_FETCH   gid rref id; reply RREF_FETCH_RET: the value     inline handler
+ *   RREF_FORK_REQUEST  gid rref id, gid fork id; reply RREF_ACK   inline handler
+ *   RREF_USER_DELETE   gid rref id, gid fork id; reply RREF_ACK   inline handler
+ *   RREF_CHILD_ACCEPT  gid fork id; one-way                       inline handler
+ *   RRef value   gid rref id, i32 owner rank, gid fork id (the parent is the sender)
+ *
+ * Encoding an RRef value forks it (PyTorch prepareChildFork): the owner adds
+ * the fork to its set at once; a user keeps itself alive as the parent of a
+ * pending child. Decoding it (notifyOwnerAndParentOfFork): on the owner, the
+ * owner handle is returned and the parent gets CHILD_ACCEPT (or, when the
+ * owner sent it to itself, the fork is dropped again); on a user whose parent
+ * is the owner, the user is confirmed at once; otherwise the new user is
+ * pending, asks the owner with FORK_REQUEST, and on the ack is confirmed and
+ * sends CHILD_ACCEPT to its parent.
+ *
+ * Invariants: the control handlers (fetch, fork request, user delete, child
+ * accept) run on the progress thread and never block: a fetch of a value not
+ * yet created parks the request on the value future; every handled message
+ * is passed to mpri_msg_done exactly once, after its reply. A request
+ * handler decoding RRefs runs its user function only once they are ready
+ * (users confirmed, owner values created), as a continuation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "mpri_future.h"
+#include "mpri_rref.h"
+#include "mpri_runtime.h"
+#include "mpri_value.h"
+
+#define CTX mpri_rref_ctx
+
+static const char *self_name(void) { return mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "?"; }
+
+static bool runtime_alive(void) {
+    int s = mpri_state();
+    return s == MPRI_RUNNING || s == MPRI_STOPPING;
+}
+
+/* ---- control messages out ---- */
+
+static void delete_acked(mpr_future_t *f, void *arg) {
+    if (mpr_future_error(f) != MPR_OK && mpr_future_error(f) != MPR_ERR_SHUTDOWN)
+        fprintf(stderr, "mpirpc: %s: RRef user delete failed: %s\n", self_name(), mpr_future_error_message(f));
+    atomic_fetch_sub(&CTX.pending_futures, 1);
+    mpr_future_release(f);
+}
+
+void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork) {
+    if (!runtime_alive()) return;
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_RREF_USER_DELETE);
+    mpri_gid_put(&m.body, id);
+    mpri_gid_put(&m.body, fork);
+    atomic_fetch_add(&CTX.pending_futures, 1);
+    mpr_future_t *f = mpri_request(owner_rank, &m, 0, "rref user delete");
+    if (!f || mpri_future_on_complete(f, delete_acked, NULL) != MPR_OK) {
+        atomic_fetch_sub(&CTX.pending_futures, 1);
+        mpr_future_release(f);
+    }
+}
+
+typedef struct {
+    mpr_rref_t *user;
+    int parent;
+} fork_req_t;
+
+static void fork_acked(mpr_future_t *f, void *arg) {
+    fork_req_t *q = arg;
+    if (mpr_future_error(f) == MPR_OK)
+        mpri_rref_user_confirm(q->user);
+    else
+        mpri_rref_user_fail(q->user, mpr_future_error(f), mpr_future_error_message(f));
+    mpri_rref_send_child_accept(q->parent, q->user->fork);
+    atomic_fetch_sub(&CTX.pending_futures, 1);
+    mpr_rref_release(q->user);
+    mpr_future_release(f);
+    free(q);
+}
+
+void mpri_rref_send_fork_request(mpr_rref_t *user, int parent) {
+    fork_req_t *q = runtime_alive() ? malloc(sizeof *q) : NULL;
+    if (!q) {
+        mpri_rref_user_fail(user, runtime_alive() ? MPR_ERR_NOMEM : MPR_ERR_SHUTDOWN,
+                            "RRef fork request: cannot be sent");
+        mpri_rref_send_child_accept(parent, user->fork);
+        return;
+    }
+    q->user = mpr_rref_retain(user);
+    q->parent = parent;
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_RREF_FORK_REQUEST);
+    mpri_gid_put(&m.body, user->id);
+    mpri_gid_put(&m.body, user->fork);
+    atomic_fetch_add(&CTX.pending_futures, 1);
+    mpr_future_t *f = mpri_request(user->owner_rank, &m, 0, "rref fork request");
+    if (!f || mpri_future_on_complete(f, fork_acked, q) != MPR_OK) {
+        /* out of memory: the user cannot be confirmed (the future, if any, is left to complete alone) */
+        mpri_rref_user_fail(user, MPR_ERR_NOMEM, "RRef fork request: out of memory");
+        atomic_fetch_sub(&CTX.pending_futures, 1);
+        mpr_rref_release(q->user);
+        free(q);
+    }
+}
+
+void mpri_rref_send_child_accept(int parent, mpri_gid_t fork) {
+    if (!runtime_alive()) return;
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_RREF_CHILD_ACCEPT);
+    mpri_gid_put(&m.body, fork);
+    mpri_send(parent, &m);
+}
+
+/* ---- thread-local recording of RRefs decoded while handling a request ---- */
+
+static _Thread_local struct {
+    bool on;
+    mpr_future_t **items;
+    size_t n, cap;
+} rec;
+
+void mpri_rref_record_begin(void) {
+    rec.on = true;
+    rec.n = 0;
+}
+
+void mpri_rref_record_ready_future(mpr_future_t *f) {
+    if (!rec.on || !f || mpr_future_done(f)) return;
+    if (rec.n == rec.cap) {
+        size_t cap = rec.cap ? rec.cap * 2 : 8;
+        mpr_future_t **items = realloc(rec.items, cap * sizeof *items);
+        if (!items) return; /* best effort: the call then runs without waiting */
+        rec.items = items;
+        rec.cap = cap;
+    }
+    rec.items[rec.n++] = mpr_future_retain(f);
+}
+
+typedef struct {
+    atomic_long left;
+    mpr_future_t *done;
+} gate_t;
+
+static void gate_arrive(mpr_future_t *f, void *arg) {
+    gate_t *g = arg;
+    mpr_future_release(f);
+    if (atomic_fetch_sub(&g->left, 1) != 1) return;
+    mpri_future_complete(g->done, MPR_OK, NULL, NULL); /* continuations go to the pool */
+    mpr_future_release(g->done);
+    free(g);
+}
+
+mpr_future_t *mpri_rref_record_end(void) {
+    rec.on = false;
+    size_t n = rec.n;
+    rec.n = 0;
+    size_t pending = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (mpr_future_done(rec.items[i])) {
+            mpr_future_release(rec.items[i]);
+            continue;
+        }
+        rec.items[pending++] = rec.items[i];
+    }
+    if (pending == 0) {
+        if (rec.cap > 64) { /* do not keep a large buffer per thread */
+            free(rec.items);
+            rec.items = NULL;
+            rec.cap = 0;
+        }
+        return NULL;
+    }
+    gate_t *g = malloc(sizeof *g);
+    mpr_future_t *done = mpr_future_create();
+    if (!g || !done) { /* best effort: run without waiting */
+        free(g);
+        mpr_future_release(done);
+        for (size_t i = 0; i < pending; i++) mpr_future_release(rec.items[i]);
+        return NULL;
+    }
+    atomic_init(&g->left, (long)pending + 1);
+    g->done = mpr_future_retain(done);
+    for (size_t i = 0; i < pending; i++)
+        if (mpri_future_on_complete(rec.items[i], gate_arrive, g) != MPR_OK) gate_arrive(rec.items[i], g);
+    gate_arrive(mpr_future_retain(done), g); /* the extra count */
+    return done;
+}
+
+/* ---- RRef value codec hooks ---- */
+
+static void rref_retain_hook(void *p) { mpr_rref_retain(p); }
+static void rref_release_hook(void *p) { mpr_rref_release(p); }
+
+static mpr_err_t rref_encode(void *p, mpri_buf_t *out, int dst_rank) {
+    mpr_rref_t *r = p;
+    mpr_err_t e = mpri_rref_check(r, "sending an RRef");
+    if (e) return e;
+    if (!runtime_alive()) return mpr_error_set(MPR_ERR_SHUTDOWN, "sending an RRef: the runtime is shut down");
+    if (!r->is_owner) {
+        pthread_mutex_lock(&CTX.lock);
+        bool deleted = r->deleted, failed = r->state == USER_FAILED;
+        pthread_mutex_unlock(&CTX.lock);
+        if (failed) {
+            char text[1500];
+            mpri_rref_user_error(r);
+            snprintf(text, sizeof text, "%s", mpr_last_error());
+            return mpr_error_set(mpr_last_error_code(), "cannot send RRef(%u:%llu): its creation on %s failed: %s",
+                                 r->id.rank, (unsigned long long)r->id.seq, r->owner_name, text);
+        }
+        if (deleted)
+            return mpr_error_set(MPR_ERR_SHUTDOWN, "cannot send RRef(%u:%llu): it was deleted by shutdown",
+                                 r->id.rank, (unsigned long long)r->id.seq);
+    }
+    mpri_gid_t fork = mpri_gid_new();
+    if (r->is_owner) {
+        mpri_owner_add_fork(r->owner, fork); /* early fork registration */
+    } else {
+        mpri_rref_add_pending_child(fork, mpr_rref_retain(r)); /* G2: kept until CHILD_ACCEPT */
+    }
+    mpri_gid_put(out, r->id);
+    int32_t owner = r->owner_rank;
+    mpri_buf_put(out, &owner, 4);
+    mpri_gid_put(out, fork);
+    return MPR_OK;
+}
+
+static mpr_err_t rref_decode(mpri_reader_t *in, int src_rank, void **out) {
+    mpri_gid_t id, fork;
+    int32_t owner;
+    mpr_err_t e;
+    if ((e = mpri_gid_read(in, &id)) || (e = mpri_read(in, &owner, 4)) || (e = mpri_gid_read(in, &fork)))
+        return e;
+    if (owner < 0 || owner >= mpri_rt.size)
+        return mpr_error_set(MPR_ERR_DECODE, "RRef owner rank %d outside [0, %d)", owner, mpri_rt.size);
+    int self = mpri_rt.rank, parent = src_rank;
+    mpr_rref_t *r;
+    if (owner == self) {
+        mpri_owner_t *o = mpri_owner_get_or_create(id);
+        if (!o) return mpr_last_error_code();
+        r = mpri_rref_new_owner_handle(o);
+        mpri_owner_release(o);
+        if (!r) return mpr_last_error_code();
+        if (parent == self)
+            mpri_owner_del_fork(id, fork); /* sent to ourselves: the fork added at encode goes */
+        else
+            mpri_rref_send_child_accept(parent, fork); /* phantom fork: never in the fork set */
+        mpri_rref_record_ready_future(r->owner->value);
+    } else if (parent == owner) {
+        r = mpri_rref_new_user(id, owner, fork, USER_CONFIRMED); /* the owner added it at encode */
+        if (!r) return mpr_last_error_code();
+    } else {
+        r = mpri_rref_new_user(id, owner, fork, USER_PENDING);
+        if (!r) return mpr_last_error_code();
+        mpri_rref_record_ready_future(r->ready);
+        mpri_rref_send_fork_request(r, parent);
+    }
+    *out = r;
+    return MPR_OK;
+}
+
+static const mpri_opaque_value_ops_t rref_ops = {rref_retain_hook, rref_release_hook, rref_encode, rref_decode};
+
+/* ---- handlers ---- */
+
+static void reply_decode_error(mpri_msg_t *msg, const char *what) {
+    char text[1300];
+    snprintf(text, sizeof text, "On %s: malformed %s: %s", self_name(), what, mpr_last_error());
+    mpri_reply_error(msg, MPR_ERR_DECODE, text);
+    mpri_msg_done(msg);
+}
+
+static void handle_fork_request(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    mpri_gid_t id, fork;
+    if (mpri_gid_read(&r, &id) || mpri_gid_read(&r, &fork)) return reply_decode_error(msg, "fork request");
+    mpri_owner_t *o = mpri_owner_get_or_create(id);
+    if (o) {
+        mpri_owner_add_fork(o, fork);
+        mpri_owner_release(o);
+        mpri_reply_value(msg, MPRI_MSG_RREF_ACK, NULL);
+    } else {
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "fork request: out of memory");
+    }
+    mpri_msg_done(msg);
+}
+
+static void handle_user_delete(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    mpri_gid_t id, fork;
+    if (mpri_gid_read(&r, &id) || mpri_gid_read(&r, &fork)) return reply_decode_error(msg, "user delete");
+    mpri_owner_del_fork(id, fork);
+    mpri_reply_value(msg, MPRI_MSG_RREF_ACK, NULL);
+    mpri_msg_done(msg);
+}
+
+static void handle_child_accept(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    mpri_gid_t fork;
+    if (mpri_gid_read(&r, &fork)) return reply_decode_error(msg, "child accept");
+    mpr_rref_release(mpri_rref_take_pending_child(fork));
+    mpri_msg_done(msg);
+}
+
+typedef struct {
+    mpri_msg_t *msg;
+    mpri_owner_t *owner;
+} fetch_t;
+
+static void fetch_reply(mpr_future_t *value, void *arg) {
+    fetch_t *q = arg;
+    mpr_err_t e = mpr_future_error(value);
+    if (e == MPR_OK)
+        mpri_reply_value(q->msg, MPRI_MSG_RREF_FETCH_RET, mpri_future_value(value));
+    else
+        mpri_reply_error(q->msg, e, mpr_future_error_message(value));
+    mpri_msg_done(q->msg);
+    mpri_owner_release(q->owner);
+    free(q);
+}
+
+static void handle_fetch(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    mpri_gid_t id;
+    if (mpri_gid_read(&r, &id)) return reply_decode_error(msg, "fetch");
+    fetch_t *q = malloc(sizeof *q);
+    mpri_owner_t *o = q ? mpri_owner_get_or_create(id) : NULL;
+    if (!o) {
+        free(q);
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "fetch: out of memory");
+        mpri_msg_done(msg);
+        return;
+    }
+    q->msg = msg;
+    q->owner = o;
+    /* Parked on the value future if the creation has not finished (a fetch
+     * that overtook its remote() waits for it); no thread is held. */
+    if (mpri_future_on_complete(o->value, fetch_reply, q) != MPR_OK) {
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "fetch: out of memory");
+        mpri_msg_done(msg);
+        mpri_owner_release(o);
+        free(q);
+    }
+}
+
+typedef struct {
+    mpri_msg_t *msg;
+    mpri_owner_t *owner;
+    const mpri_function_t *fn;
+    mpr_value_t *args;
+} remote_t;
+
+static void remote_fail(remote_t *q, mpr_err_t code, const char *text) {
+    mpri_owner_set_value(q->owner, code, text, NULL);
+    mpri_reply_error(q->msg, code, text);
+    mpri_msg_done(q->msg);
+    mpri_owner_release(q->owner);
+    mpr_value_release(q->args);
+    free(q);
+}
+
+static void remote_done(mpr_future_t *f, void *arg) {
+    remote_t *q = arg;
+    mpr_err_t e = mpr_future_error(f);
+    if (e == MPR_OK) {
+        mpri_owner_set_value(q->owner, MPR_OK, NULL, mpri_future_value(f));
+        mpri_reply_value(q->msg, MPRI_MSG_REMOTE_RET, NULL);
+        mpri_msg_done(q->msg);
+        mpri_owner_release(q->owner);
+        free(q);
+    } else {
+        char text[1400];
+        mpri_call_failure_text(text, sizeof text, q->fn->name, e, mpr_future_error_message(f));
+        remote_fail(q, MPR_ERR_REMOTE, text);
+    }
+    mpr_future_release(f);
+}
+
+static void remote_run(remote_t *q) {
+    mpr_future_t *f = mpri_call_invoke(q->fn, &mpri_rt.workers[q->msg->src], q->args);
+    if (!f) return remote_fail(q, MPR_ERR_NOMEM, "remote: out of memory");
+    mpr_value_release(q->args);
+    q->args = NULL;
+    if (mpri_future_on_complete(f, remote_done, q) != MPR_OK) {
+        mpr_future_wait(f, MPR_WAIT_FOREVER);
+        remote_done(f, q);
+    }
+}
+
+static void remote_ready(mpr_future_t *ready, void *arg) {
+    mpr_future_release(ready);
+    remote_run(arg);
+}
+
+static void handle_remote_call(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    uint16_t name_len = 0;
+    char name[MPRI_MAX_FUNCTION_NAME + 1];
+    mpri_gid_t id, fork;
+    if (mpri_read_u16(&r, &name_len) || name_len > MPRI_MAX_FUNCTION_NAME || mpri_read(&r, name, name_len) ||
+        mpri_gid_read(&r, &id) || mpri_gid_read(&r, &fork))
+        return reply_decode_error(msg, "remote call");
+    name[name_len] = '\0';
+    remote_t *q = calloc(1, sizeof *q);
+    mpri_owner_t *o = q ? mpri_owner_get_or_create(id) : NULL;
+    if (!o) {
+        free(q);
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "remote call: out of memory");
+        mpri_msg_done(msg);
+        return;
+    }
+    /* The creator's fork is recorded before anything can fail: its user
+     * will send a delete whatever the outcome. */
+    if (!mpri_gid_eq(fork, id)) mpri_owner_add_fork(o, fork);
+    q->msg = msg;
+    q->owner = o;
+    q->fn = mpri_registry_find(msg->hdr.function_id);
+    if (!q->fn) {
+        char text[600];
+        snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
+                 self_name(), mpri_rt.rank, name, self_name());
+        return remote_fail(q, MPR_ERR_UNKNOWN_FUNCTION, text);
+    }
+    mpri_rref_record_begin();
+    mpr_err_t e = mpri_msg_decode_value(msg, 2u + name_len + 24u, &q->args);
+    mpr_future_t *ready = mpri_rref_record_end();
+    if (e) {
+        mpr_future_release(ready);
+        char text[1400];
+        snprintf(text, sizeof text, "On %s: cannot decode the arguments of remote '%s': %s", self_name(), name,
+                 mpr_last_error());
+        return remote_fail(q, e, text);
+    }
+    if (ready) {
+        mpri_future_on_complete(ready, remote_ready, q);
+        return;
+    }
+    remote_run(q);
+}
+
+__attribute__((constructor)) static void install_rref_proto(void) {
+    mpri_value_set_opaque_ops(MPR_VALUE_RREF, &rref_ops);
+    mpri_set_handler(MPRI_MSG_REMOTE_CALL, handle_remote_call, false);
+    mpri_set_handler(MPRI_MSG_RREF_FETCH, handle_fetch, true);
+    mpri_set_handler(MPRI_MSG_RREF_FORK_REQUEST, handle_fork_request, true);
+    mpri_set_handler(MPRI_MSG_RREF_USER_DELETE, handle_user_delete, true);
+    mpri_set_handler(MPRI_MSG_RREF_CHILD_ACCEPT, handle_child_accept, true);
+}
