@@ -244,7 +244,7 @@ static double now_s(void) {
 
 /* Wait (up to 20 s) until `dst` has no owner record and destroyed == created
  * + expect_extra_live... i.e. created - destroyed == live. */
-static stats_t wait_owner_state(int dst, int64_t owners, int64_t live) {
+__attribute__((unused)) static stats_t wait_owner_state(int dst, int64_t owners, int64_t live) {
     double t0 = now_s();
     stats_t s;
     for (;;) {
@@ -261,7 +261,7 @@ static stats_t wait_owner_state(int dst, int64_t owners, int64_t live) {
 }
 
 /* Read an RRef's value through fn "read" on `dst`. */
-static int64_t read_on(int dst, mpr_rref_t *r) {
+__attribute__((unused)) static int64_t read_on(int dst, mpr_rref_t *r) {
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_rref(r)), *res = NULL;
     CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "read", args, 20, &res));
     int64_t v;
