@@ -184,7 +184,7 @@ int mpri_graph_task_pending(const mpri_graph_task_t *t) {
 
 static bool meta_matches(const mpri_tensor_meta_t *m, const mpr_tensor_t *g) {
     if (m->ndim < 0) return true;
-    if (m->dtype != g->dtype || m->ndim != g->ndim) return false;
+    if (m->dtype != g->dtype || m->ndim != g->ndim || m->device != g->storage->device) return false;
     for (int i = 0; i < m->ndim; i++)
         if (m->shape[i] != g->shape[i]) return false;
     return true;
@@ -205,14 +205,16 @@ static mpr_err_t accumulate(mpr_tensor_t **slot, mpr_tensor_t *g) {
     mpr_tensor_t *s = *slot;
     if (s->dtype != g->dtype || s->ndim != g->ndim || memcmp(s->shape, g->shape, sizeof(int64_t) * (size_t)s->ndim))
         return mpri_err_shape2("backward", "gradients to accumulate differ:", s, g);
+    const mpri_backend_t *B = mpri_backend_of("backward", 2, (mpr_tensor_t *[]){s, g});
+    if (!B) return mpr_last_error_code();
     if (exclusive(s)) {
-        mpri_k_binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(s), s->strides,
+        B->binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(s), s->strides,
                       mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
         return MPR_OK;
     }
-    mpr_tensor_t *sum = mpr_tensor_empty(s->dtype, s->ndim, s->shape);
+    mpr_tensor_t *sum = mpri_empty_on(s->storage->device, s->dtype, s->ndim, s->shape);
     if (!sum) return mpr_last_error_code();
-    mpri_k_binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(sum), sum->strides,
+    B->binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(sum), sum->strides,
                   mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
     mpr_tensor_release(s);
     *slot = sum;
@@ -223,13 +225,16 @@ static mpr_err_t accumulate(mpr_tensor_t **slot, mpr_tensor_t *g) {
 static mpr_err_t accumulate_leaf(mpr_tensor_t *leaf, mpr_tensor_t *g) {
     struct mpri_autograd_meta *m = mpri_meta_get(leaf);
     if (!m) return MPR_ERR_NOMEM;
+    const mpri_backend_t *B = mpri_backend_of("backward", 2, (mpr_tensor_t *[]){leaf, g});
+    if (!B) return mpr_last_error_code();
+    int dev = g->storage->device;
     if (!m->grad) {
         if (exclusive(g)) {
             m->grad = mpr_tensor_retain(g);
         } else {
-            m->grad = mpr_tensor_empty(g->dtype, g->ndim, g->shape);
+            m->grad = mpri_empty_on(dev, g->dtype, g->ndim, g->shape);
             if (!m->grad) return mpr_last_error_code();
-            mpri_k_copy(g->ndim, g->shape, g->dtype, mpr_tensor_data(m->grad), m->grad->strides,
+            B->copy(g->ndim, g->shape, g->dtype, mpr_tensor_data(m->grad), m->grad->strides,
                         g->dtype, mpr_tensor_data(g), g->strides);
         }
         return MPR_OK;
@@ -238,9 +243,9 @@ static mpr_err_t accumulate_leaf(mpr_tensor_t *leaf, mpr_tensor_t *g) {
         return accumulate(&m->grad, g) ;
     /* Someone else holds the old .grad: build a new one instead of writing into theirs. */
     mpr_tensor_t *old = m->grad;
-    m->grad = mpr_tensor_empty(g->dtype, g->ndim, g->shape);
+    m->grad = mpri_empty_on(dev, g->dtype, g->ndim, g->shape);
     if (!m->grad) { m->grad = old; return mpr_last_error_code(); }
-    mpri_k_binary(MPRI_BIN_ADD, g->dtype, g->ndim, g->shape, mpr_tensor_data(m->grad), m->grad->strides,
+    B->binary(MPRI_BIN_ADD, g->dtype, g->ndim, g->shape, mpr_tensor_data(m->grad), m->grad->strides,
                   mpr_tensor_data(old), old->strides, mpr_tensor_data(g), g->strides, 1.0);
     mpr_tensor_release(old);
     return MPR_OK;
@@ -330,7 +335,7 @@ static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
                                    node->def->name, k);
                 break;
             }
-            e->buf[k] = mpr_scope_keep(mpr_zeros(m->dtype, m->ndim, m->shape));
+            e->buf[k] = mpr_scope_keep(mpri_full_on(m->device, m->dtype, m->ndim, m->shape, 0.0));
             if (!e->buf[k]) rc = mpr_last_error_code();
         }
         if (rc == MPR_OK) rc = node->def->backward(node, e->buf, gin);
@@ -415,9 +420,10 @@ mpr_err_t mpr_backward(mpr_tensor_t *root, mpr_tensor_t *grad, bool retain_graph
                                  "backward: grad can be implicitly created only for scalar outputs "
                                  "(root is %s)",
                                  mpr_shape_str(root->ndim, root->shape, s1, sizeof s1));
-        ones = mpr_tensor_empty(root->dtype, root->ndim, root->shape);
+        const mpri_backend_t *B = mpri_backend_of("backward", 1, &root);
+        ones = B ? mpri_empty_on(root->storage->device, root->dtype, root->ndim, root->shape) : NULL;
         if (!ones) return mpr_last_error_code();
-        mpri_k_fill(root->dtype, root->ndim, root->shape, mpr_tensor_data(ones), ones->strides, 1.0);
+        B->fill(root->dtype, root->ndim, root->shape, mpr_tensor_data(ones), ones->strides, 1.0);
         grad = ones;
     } else {
         if (grad->dtype != root->dtype)

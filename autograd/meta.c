@@ -107,8 +107,11 @@ mpri_edge_t mpri_tensor_edge(mpr_tensor_t *t) {
         m->accumulator = mpri_node_create(&mpri_accumulate_def, 0, 1);
         if (!m->accumulator) return e;
         m->accumulator->leaf = t;
-        m->accumulator->out_meta[0] = (mpri_tensor_meta_t){t->dtype, t->ndim, {0}};
-        for (int i = 0; i < t->ndim; i++) m->accumulator->out_meta[0].shape[i] = t->shape[i];
+        mpri_tensor_meta_t *om = &m->accumulator->out_meta[0];
+        om->dtype = t->dtype;
+        om->device = t->storage->device;
+        om->ndim = t->ndim;
+        for (int i = 0; i < t->ndim; i++) om->shape[i] = t->shape[i];
     }
     return (mpri_edge_t){m->accumulator, 0};
 }

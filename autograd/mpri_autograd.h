@@ -38,6 +38,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "kernels/mpri_kernels.h"
 #include "mpirpc/tensor_ops.h"
 #include "mpri_tensor.h"
 
@@ -62,6 +63,7 @@ typedef struct mpri_edge {
 
 typedef struct mpri_tensor_meta {
     mpr_dtype_t dtype;
+    int device;             /* -1 CPU, N cuda:N */
     int ndim;
     int64_t shape[MPR_MAX_DIMS];
 } mpri_tensor_meta_t;
@@ -182,6 +184,23 @@ mpr_err_t mpri_err_shape2(const char *op, const char *what, const mpr_tensor_t *
 mpr_err_t mpri_check_float(const char *op, const mpr_tensor_t *t);
 /* MPR_ERR_DTYPE unless a and b have the same dtype. */
 mpr_err_t mpri_check_same_dtype(const char *op, const mpr_tensor_t *a, const mpr_tensor_t *b);
+/* ---- devices ----
+ * Ops run their kernels through the backend of their inputs' device (see
+ * kernels/mpri_kernels.h); every input must be on the same device. */
+
+/* Backend of the (non-NULL) tensors ts[0..n-1], or NULL with an error naming
+ * `op` when they are on different devices or the device has no backend. */
+const mpri_backend_t *mpri_backend_of(const char *op, int n, mpr_tensor_t *const *ts);
+/* A new contiguous tensor on `device`, uninitialized (caller-owned). */
+mpr_tensor_t *mpri_empty_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape);
+/* A new contiguous tensor on `device` filled with `value`, registered as a result. */
+mpr_tensor_t *mpri_full_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape, double value);
+/* `t` itself (new reference) if contiguous, else a contiguous copy on t's device
+ * (no history, caller-owned). */
+mpr_tensor_t *mpri_contiguous_raw(mpr_tensor_t *t);
+/* MPR_ERR_UNSUPPORTED naming `op` unless t is a CPU tensor (host-only ops). */
+mpr_err_t mpri_check_cpu(const char *op, const mpr_tensor_t *t);
+
 /* Refuse in-place writes to a tensor that requires grad while grad mode is on. */
 mpr_err_t mpri_check_inplace(const char *op, const mpr_tensor_t *t);
 /* Bump the storage version of `t` (every in-place write calls this). */

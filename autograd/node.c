@@ -91,6 +91,7 @@ void mpri_node_set_next(mpri_node_t *n, int i, mpri_edge_t edge) {
 
 static void meta_of(const mpr_tensor_t *t, mpri_tensor_meta_t *m) {
     m->dtype = t->dtype;
+    m->device = t->storage->device;
     m->ndim = t->ndim;
     memcpy(m->shape, t->shape, sizeof m->shape);
 }

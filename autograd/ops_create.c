@@ -34,10 +34,10 @@ mpr_tensor_t *mpr_full(mpr_dtype_t dtype, int ndim, const int64_t *shape, double
     return filled("full", dtype, ndim, shape, value, false);
 }
 mpr_tensor_t *mpr_zeros_like(const mpr_tensor_t *like) {
-    return like ? mpr_zeros(like->dtype, like->ndim, like->shape) : NULL;
+    return like ? mpri_full_on(like->storage->device, like->dtype, like->ndim, like->shape, 0.0) : NULL;
 }
 mpr_tensor_t *mpr_ones_like(const mpr_tensor_t *like) {
-    return like ? mpr_ones(like->dtype, like->ndim, like->shape) : NULL;
+    return like ? mpri_full_on(like->storage->device, like->dtype, like->ndim, like->shape, 1.0) : NULL;
 }
 
 mpr_tensor_t *mpr_arange(mpr_dtype_t dtype, double start, double end, double step) {
@@ -95,6 +95,7 @@ mpr_err_t mpr_copy_to_buffer(const mpr_tensor_t *t, mpr_dtype_t dtype, void *out
     size_t need = (size_t)mpr_tensor_numel(t) * mpr_dtype_size(dtype);
     if (mpr_dtype_size(dtype) == 0)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "copy_to_buffer: invalid dtype %d", (int)dtype);
+    if (mpri_check_cpu("copy_to_buffer", t) != MPR_OK) return MPR_ERR_UNSUPPORTED;
     if (need > out_bytes)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "copy_to_buffer: needs %zu bytes, buffer has %zu", need, out_bytes);
     int64_t cs[MPR_MAX_DIMS], s = 1;
@@ -106,9 +107,10 @@ mpr_err_t mpr_copy_to_buffer(const mpr_tensor_t *t, mpr_dtype_t dtype, void *out
 /* ---- clone / to_dtype: out = convert(t); grad_in = convert_back(grad_out) ---- */
 
 static mpr_tensor_t *converted(mpr_tensor_t *t, mpr_dtype_t dtype) {
-    mpr_tensor_t *out = mpr_tensor_empty(dtype, t->ndim, t->shape);
+    const mpri_backend_t *B = mpri_backend_of("copy", 1, &t);
+    mpr_tensor_t *out = B ? mpri_empty_on(t->storage->device, dtype, t->ndim, t->shape) : NULL;
     if (!out) return NULL;
-    mpri_k_copy(t->ndim, t->shape, dtype, mpr_tensor_data(out), out->strides, t->dtype,
+    B->copy(t->ndim, t->shape, dtype, mpr_tensor_data(out), out->strides, t->dtype,
                 mpr_tensor_data(t), t->strides);
     return out;
 }
@@ -142,7 +144,7 @@ mpr_tensor_t *mpr_to_dtype(mpr_tensor_t *t, mpr_dtype_t dtype) {
 }
 
 bool mpr_allclose(const mpr_tensor_t *a, const mpr_tensor_t *b, double rtol, double atol) {
-    if (!a || !b || a->ndim != b->ndim) return false;
+    if (!a || !b || a->ndim != b->ndim || a->storage->device >= 0 || b->storage->device >= 0) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;
     int64_t n = mpr_tensor_numel(a);

@@ -30,11 +30,12 @@ static mpr_tensor_t *binary_raw(mpri_binop_t op, mpr_tensor_t *a, mpr_tensor_t *
     int64_t shape[MPR_MAX_DIMS], sa[MPR_MAX_DIMS], sb[MPR_MAX_DIMS];
     if (mpri_broadcast_shape(name, a->ndim, a->shape, b->ndim, b->shape, &n, shape) != MPR_OK)
         return NULL;
-    mpr_tensor_t *out = mpr_tensor_empty(a->dtype, n, shape);
+    const mpri_backend_t *B = mpri_backend_of(name, 2, (mpr_tensor_t *[]){a, b});
+    mpr_tensor_t *out = B ? mpri_empty_on(a->storage->device, a->dtype, n, shape) : NULL;
     if (!out) return NULL;
     bcast_strides(a, n, shape, sa);
     bcast_strides(b, n, shape, sb);
-    mpri_k_binary(op, a->dtype, n, shape, mpr_tensor_data(out), out->strides, mpr_tensor_data(a), sa,
+    B->binary(op, a->dtype, n, shape, mpr_tensor_data(out), out->strides, mpr_tensor_data(a), sa,
                   mpr_tensor_data(b), sb, 1.0);
     return out;
 }
@@ -123,13 +124,14 @@ static mpr_err_t unary_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     int k = 0;
     if (un_info[op].save_x && !(x = mpri_node_saved(n, k++))) return mpr_last_error_code();
     if (un_info[op].save_y && !(y = mpri_node_saved(n, k++))) return mpr_last_error_code();
-    mpr_tensor_t *g = mpr_contiguous(gout[0]);
+    const mpri_backend_t *B = mpri_backend_of(n->def->name, 1, gout);
+    if (!B) return mpr_last_error_code();
+    mpr_tensor_t *g = mpri_result(mpri_contiguous_raw(gout[0]));
     if (!g) return mpr_last_error_code();
-    mpr_tensor_t *out = mpr_tensor_empty(g->dtype, g->ndim, g->shape);
+    mpr_tensor_t *out = mpri_empty_on(g->storage->device, g->dtype, g->ndim, g->shape);
     if (!out) return mpr_last_error_code();
-    mpri_k_unary_backward(op, g->dtype, mpr_tensor_numel(g), mpr_tensor_data(out), mpr_tensor_data(g),
-                          x ? mpr_tensor_data(x) : NULL, y ? mpr_tensor_data(y) : NULL, n->dparam[0],
-                          n->dparam[1]);
+    B->unary_backward(op, g->dtype, mpr_tensor_numel(g), mpr_tensor_data(out), mpr_tensor_data(g),
+                      x ? mpr_tensor_data(x) : NULL, y ? mpr_tensor_data(y) : NULL, n->dparam[0], n->dparam[1]);
     gin[0] = mpri_result(out);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
@@ -150,14 +152,15 @@ static mpr_tensor_t *unary(mpri_unop_t op, mpr_tensor_t *a, double p0, double p1
     if (mpri_check_float(un_info[op].name, a) != MPR_OK) return NULL;
     /* Inputs are read contiguously; a strided input is copied first (and the
      * copy is what gets saved, so strides never reach the kernels). */
-    mpr_tensor_t *x = mpr_tensor_contiguous(a);
+    const mpri_backend_t *B = mpri_backend_of(un_info[op].name, 1, &a);
+    mpr_tensor_t *x = B ? mpri_contiguous_raw(a) : NULL;
     if (!x) return NULL;
-    mpr_tensor_t *out = mpr_tensor_empty(a->dtype, a->ndim, a->shape);
+    mpr_tensor_t *out = mpri_empty_on(a->storage->device, a->dtype, a->ndim, a->shape);
     if (!out) {
         mpr_tensor_release(x);
         return NULL;
     }
-    mpri_k_unary(op, a->dtype, mpr_tensor_numel(a), mpr_tensor_data(out), mpr_tensor_data(x), p0, p1);
+    B->unary(op, a->dtype, mpr_tensor_numel(a), mpr_tensor_data(out), mpr_tensor_data(x), p0, p1);
     mpri_node_t *n = mpri_record(&un_defs[op], 1, &a, out);
     if (n) {
         n->iparam[0] = op;

@@ -24,16 +24,24 @@ static mpr_err_t bcast_to(const char *op, const mpr_tensor_t *dst, const mpr_ten
     return MPR_OK;
 }
 
-static mpr_err_t check_dst(const char *op, mpr_tensor_t *t) {
-    if (!t) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: tensor is NULL", op);
-    if (t->storage->device >= 0) return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: CUDA tensor", op);
-    return mpri_check_inplace(op, t);
+/* Checks the destination (and source, if any) and returns their backend. */
+static const mpri_backend_t *check_dst(const char *op, mpr_tensor_t *t, mpr_tensor_t *src, bool has_src) {
+    if (!t) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "%s: tensor is NULL", op);
+        return NULL;
+    }
+    if (has_src && !src) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "%s: source tensor is NULL", op);
+        return NULL;
+    }
+    if (mpri_check_inplace(op, t) != MPR_OK) return NULL;
+    return mpri_backend_of(op, has_src ? 2 : 1, (mpr_tensor_t *[]){t, src});
 }
 
 static mpr_err_t binary_(const char *op, mpri_binop_t bop, mpr_tensor_t *t, mpr_tensor_t *other, double alpha) {
-    mpr_err_t rc = check_dst(op, t);
-    if (rc != MPR_OK) return rc;
-    if (!other) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: other is NULL", op);
+    const mpri_backend_t *B = check_dst(op, t, other, true);
+    if (!B) return mpr_last_error_code();
+    mpr_err_t rc;
     if ((rc = mpri_check_float(op, t)) || (rc = mpri_check_same_dtype(op, t, other))) return rc;
     int64_t so[MPR_MAX_DIMS];
     if ((rc = bcast_to(op, t, other, so)) != MPR_OK) return rc;
@@ -43,21 +51,16 @@ static mpr_err_t binary_(const char *op, mpri_binop_t bop, mpr_tensor_t *t, mpr_
     bool same_layout = other->storage == t->storage && other->offset == t->offset &&
                        memcmp(so, t->strides, sizeof(int64_t) * (size_t)t->ndim) == 0;
     if (other->storage == t->storage && !same_layout) {
-        src = mpr_tensor_contiguous(other);
+        src = mpri_empty_on(other->storage->device, other->dtype, other->ndim, other->shape);
         if (!src) return mpr_last_error_code();
-        if (src == other) {
-            mpr_tensor_release(src);
-            src = mpr_tensor_empty(other->dtype, other->ndim, other->shape);
-            if (!src) return mpr_last_error_code();
-            mpri_k_copy(other->ndim, other->shape, other->dtype, mpr_tensor_data(src), src->strides,
-                        other->dtype, mpr_tensor_data(other), other->strides);
-        }
+        B->copy(other->ndim, other->shape, other->dtype, mpr_tensor_data(src), src->strides, other->dtype,
+                mpr_tensor_data(other), other->strides);
         bcast_to(op, t, src, so);
     } else {
         mpr_tensor_retain(src);
     }
-    mpri_k_binary(bop, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, mpr_tensor_data(t),
-                  t->strides, mpr_tensor_data(src), so, alpha);
+    B->binary(bop, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, mpr_tensor_data(t), t->strides,
+              mpr_tensor_data(src), so, alpha);
     mpr_tensor_release(src);
     mpri_bump_version(t);
     return MPR_OK;
@@ -70,53 +73,62 @@ mpr_err_t mpr_add_scaled_(mpr_tensor_t *t, mpr_tensor_t *other, double alpha) {
 mpr_err_t mpr_mul_(mpr_tensor_t *t, mpr_tensor_t *other) { return binary_("mul_", MPRI_BIN_MUL, t, other, 1.0); }
 
 mpr_err_t mpr_mul_scalar_(mpr_tensor_t *t, double s) {
-    mpr_err_t rc = check_dst("mul_scalar_", t);
-    if (rc || (rc = mpri_check_float("mul_scalar_", t))) return rc;
-    int64_t zero[MPR_MAX_DIMS] = {0};
-    double sv = s;
-    float sf = (float)s;
-    mpri_k_binary(MPRI_BIN_MUL, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, mpr_tensor_data(t),
-                  t->strides, t->dtype == MPR_F32 ? (const void *)&sf : (const void *)&sv, zero, 1.0);
+    const mpri_backend_t *B = check_dst("mul_scalar_", t, NULL, false);
+    if (!B) return mpr_last_error_code();
+    mpr_err_t rc = mpri_check_float("mul_scalar_", t);
+    if (rc) return rc;
+    if (mpr_tensor_is_contiguous(t)) {
+        B->unary(MPRI_UN_MUL_S, t->dtype, mpr_tensor_numel(t), mpr_tensor_data(t), mpr_tensor_data(t), s, 0);
+    } else {
+        /* strided: multiply by a one-element tensor broadcast with stride 0 */
+        mpr_tensor_t *sc = mpri_empty_on(t->storage->device, t->dtype, 0, NULL);
+        if (!sc) return mpr_last_error_code();
+        int64_t zero[MPR_MAX_DIMS] = {0}, one = 1;
+        B->fill(t->dtype, 0, &one, mpr_tensor_data(sc), &one, s);
+        B->binary(MPRI_BIN_MUL, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, mpr_tensor_data(t),
+                  t->strides, mpr_tensor_data(sc), zero, 1.0);
+        mpr_tensor_release(sc);
+    }
     mpri_bump_version(t);
     return MPR_OK;
 }
 
 mpr_err_t mpr_fill_(mpr_tensor_t *t, double value) {
-    mpr_err_t rc = check_dst("fill_", t);
-    if (rc) return rc;
-    mpri_k_fill(t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, value);
+    const mpri_backend_t *B = check_dst("fill_", t, NULL, false);
+    if (!B) return mpr_last_error_code();
+    B->fill(t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, value);
     mpri_bump_version(t);
     return MPR_OK;
 }
 
 mpr_err_t mpr_zero_(mpr_tensor_t *t) {
-    mpr_err_t rc = check_dst("zero_", t);
-    if (rc) return rc;
-    if (mpr_tensor_is_contiguous(t))
+    const mpri_backend_t *B = check_dst("zero_", t, NULL, false);
+    if (!B) return mpr_last_error_code();
+    if (t->storage->device < 0 && mpr_tensor_is_contiguous(t))
         memset(mpr_tensor_data(t), 0, mpr_tensor_nbytes(t));
     else
-        mpri_k_fill(t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, 0.0);
+        B->fill(t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, 0.0);
     mpri_bump_version(t);
     return MPR_OK;
 }
 
 mpr_err_t mpr_copy_(mpr_tensor_t *t, mpr_tensor_t *src) {
-    mpr_err_t rc = check_dst("copy_", t);
-    if (rc) return rc;
-    if (!src) return mpr_error_set(MPR_ERR_INVALID_ARG, "copy_: src is NULL");
+    const mpri_backend_t *B = check_dst("copy_", t, src, true);
+    if (!B) return mpr_last_error_code();
+    mpr_err_t rc;
     int64_t ss[MPR_MAX_DIMS];
     if ((rc = bcast_to("copy_", t, src, ss)) != MPR_OK) return rc;
     mpr_tensor_t *s = src;
     if (src->storage == t->storage) {
-        s = mpr_tensor_empty(src->dtype, src->ndim, src->shape);
+        s = mpri_empty_on(src->storage->device, src->dtype, src->ndim, src->shape);
         if (!s) return mpr_last_error_code();
-        mpri_k_copy(src->ndim, src->shape, src->dtype, mpr_tensor_data(s), s->strides, src->dtype,
+        B->copy(src->ndim, src->shape, src->dtype, mpr_tensor_data(s), s->strides, src->dtype,
                     mpr_tensor_data(src), src->strides);
         bcast_to("copy_", t, s, ss);
     } else {
         mpr_tensor_retain(s);
     }
-    mpri_k_copy(t->ndim, t->shape, t->dtype, mpr_tensor_data(t), t->strides, s->dtype, mpr_tensor_data(s), ss);
+    B->copy(t->ndim, t->shape, t->dtype, mpr_tensor_data(t), t->strides, s->dtype, mpr_tensor_data(s), ss);
     mpr_tensor_release(s);
     mpri_bump_version(t);
     return MPR_OK;

@@ -2,7 +2,8 @@
  * operands as torch.matmul) and linear (x W^T + b), forward and backward on
  * cblas_sgemm/dgemm.
  *
- * Invariants: every product goes through mpri_k_gemm (never a hand loop);
+ * Invariants: every product goes through the backend's gemm (cblas on the
+ * CPU; never a hand loop);
  * an operand whose last two dims have unit stride in either direction is
  * handed to BLAS as is (NoTrans or Trans), so transposed views cost no copy;
  * other layouts are copied to contiguous first. linear's backward computes
@@ -76,12 +77,14 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
     mpr_tensor_t *ac = NULL, *bc = NULL, *out = NULL;
     gemm_operand_t oa, ob;
     /* Operands BLAS cannot take as they are become contiguous copies. */
-    ac = tensor_operand(a, &oa) ? mpr_tensor_retain(a) : mpr_tensor_contiguous(a);
-    bc = tensor_operand(b, &ob) ? mpr_tensor_retain(b) : mpr_tensor_contiguous(b);
+    const mpri_backend_t *B = mpri_backend_of("matmul", 2, (mpr_tensor_t *[]){a, b});
+    if (!B) return NULL;
+    ac = tensor_operand(a, &oa) ? mpr_tensor_retain(a) : mpri_contiguous_raw(a);
+    bc = tensor_operand(b, &ob) ? mpr_tensor_retain(b) : mpri_contiguous_raw(b);
     if (!ac || !bc) goto fail;
     tensor_operand(ac, &oa);
     tensor_operand(bc, &ob);
-    out = mpr_tensor_empty(a->dtype, nbatch + 2, oshape);
+    out = mpri_empty_on(a->storage->device, a->dtype, nbatch + 2, oshape);
     if (!out) goto fail;
     size_t esz = mpr_dtype_size(a->dtype);
     int64_t nb = 1;
@@ -95,7 +98,7 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
             expect *= ac->shape[i];
         }
         if (rows_ok && ac->ndim - 2 == nbatch) {
-            mpri_k_gemm(a->dtype, false, ob.trans, nb * n, m, k, 1.0, mpr_tensor_data(ac), oa.ld,
+            B->gemm(a->dtype, false, ob.trans, nb * n, m, k, 1.0, mpr_tensor_data(ac), oa.ld,
                         mpr_tensor_data(bc), ob.ld, 0.0, mpr_tensor_data(out), m);
             goto done;
         }
@@ -107,16 +110,16 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
             sa[i] = (ia < 0 || ac->shape[ia] == 1) ? 0 : ac->strides[ia];
             sb[i] = (ib < 0 || bc->shape[ib] == 1) ? 0 : bc->strides[ib];
         }
-        const char *A = mpr_tensor_data(ac), *B = mpr_tensor_data(bc);
-        char *C = mpr_tensor_data(out);
+        const char *pa = mpr_tensor_data(ac), *pb = mpr_tensor_data(bc);
+        char *pc = mpr_tensor_data(out);
         for (int64_t t = 0; t < nb; t++) {
             int64_t offa = 0, offb = 0;
             for (int i = 0; i < nbatch; i++) {
                 offa += idx[i] * sa[i];
                 offb += idx[i] * sb[i];
             }
-            mpri_k_gemm(a->dtype, oa.trans, ob.trans, n, m, k, 1.0, A + offa * (int64_t)esz, oa.ld,
-                        B + offb * (int64_t)esz, ob.ld, 0.0, C + t * n * m * (int64_t)esz, m);
+            B->gemm(a->dtype, oa.trans, ob.trans, n, m, k, 1.0, pa + offa * (int64_t)esz, oa.ld,
+                    pb + offb * (int64_t)esz, ob.ld, 0.0, pc + t * n * m * (int64_t)esz, m);
             for (int i = nbatch - 1; i >= 0; i--) {
                 if (++idx[i] < bshape[i]) break;
                 idx[i] = 0;
@@ -172,34 +175,36 @@ mpr_tensor_t *mpr_matmul(mpr_tensor_t *a, mpr_tensor_t *b) {
 static mpr_err_t linear_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *x = mpri_node_saved(n, 0), *w = mpri_node_saved(n, 1);
     if (!x || !w) return mpr_last_error_code();
-    mpr_tensor_t *g = mpr_contiguous(gout[0]);
+    const mpri_backend_t *B = mpri_backend_of("linear", 1, gout);
+    mpr_tensor_t *g = B ? mpri_result(mpri_contiguous_raw(gout[0])) : NULL;
     if (!g) return mpr_last_error_code();
     mpr_dtype_t dt = x->dtype;
+    int dev = x->storage->device;
     int64_t N = x->shape[0], in = x->shape[1], out = w->shape[0];
     gemm_operand_t ow;
     tensor_operand(w, &ow); /* checked at forward */
     if (mpri_node_needs_grad(n, 0)) {
         /* gx [N, in] = g [N, out] @ w [out, in] */
-        mpr_tensor_t *gx = mpr_tensor_empty(dt, n->in_meta[0].ndim, n->in_meta[0].shape);
+        mpr_tensor_t *gx = mpri_empty_on(dev, dt, n->in_meta[0].ndim, n->in_meta[0].shape);
         if (!gx) return mpr_last_error_code();
-        mpri_k_gemm(dt, false, ow.trans, N, in, out, 1.0, mpr_tensor_data(g), out, mpr_tensor_data(w), ow.ld,
+        B->gemm(dt, false, ow.trans, N, in, out, 1.0, mpr_tensor_data(g), out, mpr_tensor_data(w), ow.ld,
                     0.0, mpr_tensor_data(gx), in);
         if (!(gin[0] = mpri_result(gx))) return mpr_last_error_code();
     }
     if (mpri_node_needs_grad(n, 1)) {
         /* gw [out, in] = g^T [out, N] @ x [N, in] */
-        mpr_tensor_t *gw = mpr_tensor_empty(dt, 2, w->shape);
+        mpr_tensor_t *gw = mpri_empty_on(dev, dt, 2, w->shape);
         if (!gw) return mpr_last_error_code();
-        mpri_k_gemm(dt, true, false, out, in, N, 1.0, mpr_tensor_data(g), out, mpr_tensor_data(x), in, 0.0,
+        B->gemm(dt, true, false, out, in, N, 1.0, mpr_tensor_data(g), out, mpr_tensor_data(x), in, 0.0,
                     mpr_tensor_data(gw), in);
         if (!(gin[1] = mpri_result(gw))) return mpr_last_error_code();
     }
     if (mpri_node_needs_grad(n, 2)) {
         /* gb [out] = sum over rows of g */
-        mpr_tensor_t *gb = mpr_zeros(dt, 1, &out);
+        mpr_tensor_t *gb = mpri_full_on(dev, dt, 1, &out, 0.0);
         if (!gb) return mpr_last_error_code();
         int64_t so[2] = {0, 1}, sh[2] = {N, out}, si[2] = {out, 1};
-        mpri_k_sum_into(dt, 2, sh, mpr_tensor_data(gb), so, mpr_tensor_data(g), si);
+        B->sum_into(dt, 2, sh, mpr_tensor_data(gb), so, mpr_tensor_data(g), si);
         gin[2] = gb;
     }
     return MPR_OK;
@@ -226,13 +231,15 @@ mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b) {
         N = 1;
         for (int i = 0; i < x->ndim - 1; i++) N *= x->shape[i];
     }
-    mpr_tensor_t *xc = mpr_tensor_contiguous(x);
+    const mpri_backend_t *B = mpri_backend_of("linear", 3, (mpr_tensor_t *[]){x, w, b});
+    if (!B) return NULL;
+    mpr_tensor_t *xc = mpri_contiguous_raw(x);
     gemm_operand_t ow;
-    mpr_tensor_t *wc = tensor_operand(w, &ow) ? mpr_tensor_retain(w) : mpr_tensor_contiguous(w);
+    mpr_tensor_t *wc = tensor_operand(w, &ow) ? mpr_tensor_retain(w) : mpri_contiguous_raw(w);
     int64_t osh[MPR_MAX_DIMS];
     memcpy(osh, x->shape, sizeof osh);
     osh[x->ndim - 1] = out;
-    mpr_tensor_t *y = (xc && wc) ? mpr_tensor_empty(dt, x->ndim, osh) : NULL;
+    mpr_tensor_t *y = (xc && wc) ? mpri_empty_on(x->storage->device, dt, x->ndim, osh) : NULL;
     mpr_tensor_t *x2 = y ? mpri_tensor_view(xc->storage, dt, 2, (int64_t[]){N, in}, NULL, xc->offset) : NULL;
     if (!x2) {
         mpr_tensor_release(xc);
@@ -244,11 +251,11 @@ mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b) {
     double beta = 0.0;
     if (b) {
         int64_t sh[2] = {N, out}, sd[2] = {out, 1}, sb[2] = {0, b->strides[0]};
-        mpri_k_copy(2, sh, dt, mpr_tensor_data(y), sd, dt, mpr_tensor_data(b), sb);
+        B->copy(2, sh, dt, mpr_tensor_data(y), sd, dt, mpr_tensor_data(b), sb);
         beta = 1.0;
     }
     /* y [N, out] = x [N, in] @ w^T [in, out] (+ y) */
-    mpri_k_gemm(dt, false, !ow.trans, N, out, in, 1.0, mpr_tensor_data(x2), in, mpr_tensor_data(wc), ow.ld, beta,
+    B->gemm(dt, false, !ow.trans, N, out, in, 1.0, mpr_tensor_data(x2), in, mpr_tensor_data(wc), ow.ld, beta,
                 mpr_tensor_data(y), out);
     mpri_node_t *n = mpri_record(&linear_def, 3, (mpr_tensor_t *[]){x, w, b}, y);
     if (n) {

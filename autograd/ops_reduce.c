@@ -50,19 +50,20 @@ static mpr_tensor_t *sum_impl(const mpri_op_def_t *def, mpr_tensor_t *a, const b
         if (mask[i]) count *= a->shape[i];
         if (!mask[i] || keepdim) outsh[nout++] = keep[i];
     }
-    mpr_tensor_t *out = mpr_tensor_empty(a->dtype, nout, outsh);
+    const mpri_backend_t *B = mpri_backend_of(def->name, 1, &a);
+    mpr_tensor_t *out = B ? mpri_empty_on(a->storage->device, a->dtype, nout, outsh) : NULL;
     if (!out) return NULL;
-    memset(mpr_tensor_data(out), 0, mpr_tensor_nbytes(out));
+    B->fill(a->dtype, nout, out->shape, mpr_tensor_data(out), out->strides, 0.0);
     int64_t s = 1;
     for (int i = a->ndim - 1; i >= 0; i--) {
         so[i] = mask[i] ? 0 : s;
         s *= keep[i];
     }
-    mpri_k_sum_into(a->dtype, a->ndim, a->shape, mpr_tensor_data(out), so, mpr_tensor_data(a), a->strides);
+    B->sum_into(a->dtype, a->ndim, a->shape, mpr_tensor_data(out), so, mpr_tensor_data(a), a->strides);
     double scale = 1.0;
     if (mean) {
         scale = count ? 1.0 / (double)count : NAN;
-        mpri_k_unary(MPRI_UN_MUL_S, out->dtype, mpr_tensor_numel(out), mpr_tensor_data(out),
+        B->unary(MPRI_UN_MUL_S, out->dtype, mpr_tensor_numel(out), mpr_tensor_data(out),
                      mpr_tensor_data(out), scale, 0);
     }
     mpri_node_t *n = mpri_record(def, 1, &a, out);
@@ -124,7 +125,7 @@ static const mpri_op_def_t max_def = {"max", max_all_backward, NULL};
 
 mpr_tensor_t *mpr_max(mpr_tensor_t *a) {
     if (!a) return NULL;
-    if (mpri_check_float("max", a) != MPR_OK) return NULL;
+    if (mpri_check_float("max", a) != MPR_OK || mpri_check_cpu("max", a) != MPR_OK) return NULL;
     if (mpr_tensor_numel(a) == 0) {
         mpr_error_set(MPR_ERR_SHAPE, "max: empty tensor has no maximum");
         return NULL;
@@ -150,10 +151,12 @@ static mpr_err_t max_dim_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
     mpr_tensor_t *idx = mpri_node_saved(n, 0);
     if (!idx) return mpr_last_error_code();
     const mpri_tensor_meta_t *m = &n->in_meta[0];
-    mpr_tensor_t *g = mpr_contiguous(gout[0]);
-    mpr_tensor_t *z = mpr_zeros(m->dtype, m->ndim, m->shape);
+    const mpri_backend_t *B = mpri_backend_of(n->def->name, 1, gout);
+    if (!B) return mpr_last_error_code();
+    mpr_tensor_t *g = mpri_result(mpri_contiguous_raw(gout[0]));
+    mpr_tensor_t *z = mpri_full_on(m->device, m->dtype, m->ndim, m->shape, 0.0);
     if (!g || !z) return mpr_last_error_code();
-    mpri_k_max_dim_backward(m->dtype, n->iparam[0], n->iparam[1], n->iparam[2], mpr_tensor_data(g),
+    B->max_dim_backward(m->dtype, n->iparam[0], n->iparam[1], n->iparam[2], mpr_tensor_data(g),
                             mpr_tensor_data(idx), mpr_tensor_data(z));
     gin[0] = z;
     return MPR_OK;
@@ -180,15 +183,17 @@ static mpr_tensor_t *max_dim_impl(mpr_tensor_t *a, int dim, bool keepdim, mpr_te
         if (i != d) sh[no++] = a->shape[i];
         else if (keepdim) sh[no++] = 1;
     }
-    mpr_tensor_t *x = mpr_tensor_contiguous(a);
-    mpr_tensor_t *vals = x ? mpr_tensor_empty(a->dtype, no, sh) : NULL;
-    mpr_tensor_t *idx = vals ? mpr_tensor_empty(MPR_I64, no, sh) : NULL;
+    const mpri_backend_t *B = mpri_backend_of(op, 1, &a);
+    int dev = a->storage->device;
+    mpr_tensor_t *x = B ? mpri_contiguous_raw(a) : NULL;
+    mpr_tensor_t *vals = x ? mpri_empty_on(dev, a->dtype, no, sh) : NULL;
+    mpr_tensor_t *idx = vals ? mpri_empty_on(dev, MPR_I64, no, sh) : NULL;
     if (!idx) {
         mpr_tensor_release(x);
         mpr_tensor_release(vals);
         return NULL;
     }
-    mpri_k_max_dim(a->dtype, outer, nd, inner, mpr_tensor_data(x), mpr_tensor_data(vals), mpr_tensor_data(idx));
+    B->max_dim(a->dtype, outer, nd, inner, mpr_tensor_data(x), mpr_tensor_data(vals), mpr_tensor_data(idx));
     mpr_tensor_release(x);
     if (!want_values) {
         mpr_tensor_release(vals);

@@ -87,10 +87,11 @@ mpr_tensor_t *mpri_sum_to_shape(mpr_tensor_t *g, int ndim, const int64_t *shape)
         else goto bad;
     }
     if (mpri_check_float("sum_to", g) != MPR_OK) return NULL;
-    mpr_tensor_t *out = mpr_zeros(g->dtype, ndim, shape); /* result registered by zeros */
+    const mpri_backend_t *B = mpri_backend_of("sum_to", 1, &g);
+    if (!B) return NULL;
+    mpr_tensor_t *out = mpri_full_on(g->storage->device, g->dtype, ndim, shape, 0.0); /* registered */
     if (!out) return NULL;
-    mpri_k_sum_into(g->dtype, g->ndim, g->shape, mpr_tensor_data(out), so, mpr_tensor_data(g), g->strides);
-    /* mpr_zeros already handed `out` to the scope (or to us when none is open). */
+    B->sum_into(g->dtype, g->ndim, g->shape, mpr_tensor_data(out), so, mpr_tensor_data(g), g->strides);
     return out;
 bad:
     mpr_error_set(MPR_ERR_SHAPE, "sum_to: cannot reduce %s to %s",
@@ -101,4 +102,74 @@ bad:
 mpr_tensor_t *mpri_sum_to(mpr_tensor_t *g, const mpr_tensor_t *like) {
     if (!g || !like) return NULL;
     return mpri_sum_to_shape(g, like->ndim, like->shape);
+}
+
+/* ---------------------------------------------------------------- devices */
+
+static const char *dev_str(int device, char *buf, size_t cap) {
+    if (device < 0) snprintf(buf, cap, "cpu");
+    else snprintf(buf, cap, "cuda:%d", device);
+    return buf;
+}
+
+const mpri_backend_t *mpri_backend_of(const char *op, int n, mpr_tensor_t *const *ts) {
+    int dev = -2;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        int d = ts[i]->storage->device;
+        if (dev == -2) {
+            dev = d;
+        } else if (d != dev) {
+            char b1[24], b2[24];
+            mpr_error_set(MPR_ERR_INVALID_ARG, "%s: tensors on different devices (%s and %s)", op,
+                          dev_str(dev, b1, sizeof b1), dev_str(d, b2, sizeof b2));
+            return NULL;
+        }
+    }
+    return mpri_backend_for(op, dev == -2 ? -1 : dev);
+}
+
+mpr_tensor_t *mpri_empty_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    if (device < 0) return mpr_tensor_empty(dtype, ndim, shape);
+    int64_t numel;
+    if (mpri_tensor_check_shape("empty", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
+    const mpri_backend_t *B = mpri_backend_for("empty", device);
+    if (!B) return NULL;
+    mpri_storage_t *s = B->storage_create((size_t)numel * mpr_dtype_size(dtype), device);
+    if (!s) {
+        mpr_error_set(MPR_ERR_NOMEM, "empty: cannot allocate %lld elements on cuda:%d", (long long)numel, device);
+        return NULL;
+    }
+    mpr_tensor_t *t = mpri_tensor_view(s, dtype, ndim, shape, NULL, 0);
+    mpri_storage_release(s);
+    return t;
+}
+
+mpr_tensor_t *mpri_full_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape, double value) {
+    const mpri_backend_t *B = mpri_backend_for("full", device);
+    if (!B) return NULL;
+    mpr_tensor_t *t = mpri_empty_on(device, dtype, ndim, shape);
+    if (!t) return NULL;
+    if (device < 0 && value == 0.0)
+        memset(mpr_tensor_data(t), 0, mpr_tensor_nbytes(t));
+    else
+        B->fill(dtype, ndim, t->shape, mpr_tensor_data(t), t->strides, value);
+    return mpri_result(t);
+}
+
+mpr_tensor_t *mpri_contiguous_raw(mpr_tensor_t *t) {
+    if (mpr_tensor_is_contiguous(t)) return mpr_tensor_retain(t);
+    const mpri_backend_t *B = mpri_backend_of("contiguous", 1, &t);
+    if (!B) return NULL;
+    mpr_tensor_t *out = mpri_empty_on(t->storage->device, t->dtype, t->ndim, t->shape);
+    if (!out) return NULL;
+    B->copy(t->ndim, t->shape, t->dtype, mpr_tensor_data(out), out->strides, t->dtype, mpr_tensor_data(t),
+            t->strides);
+    return out;
+}
+
+mpr_err_t mpri_check_cpu(const char *op, const mpr_tensor_t *t) {
+    if (t->storage->device < 0) return MPR_OK;
+    return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: runs on CPU tensors only; this one is on cuda:%d", op,
+                         t->storage->device);
 }

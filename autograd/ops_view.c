@@ -108,7 +108,7 @@ static mpr_tensor_t *reshape_impl(const mpri_op_def_t *def, mpr_tensor_t *t, int
                       mpr_shape_str(ndim, sh, s1, sizeof s1), mpr_shape_str(t->ndim, t->shape, s2, sizeof s2));
         return NULL;
     } else {
-        mpr_tensor_t *c = mpr_tensor_contiguous(t);
+        mpr_tensor_t *c = mpri_contiguous_raw(t);
         if (!c) return NULL;
         out = make_view(c, ndim, sh, NULL, 0);
         mpr_tensor_release(c);
@@ -266,7 +266,8 @@ mpr_tensor_t *mpr_transpose(mpr_tensor_t *t, int dim0, int dim1) {
 
 static mpr_err_t slice_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     const mpri_tensor_meta_t *m = &n->in_meta[0];
-    mpr_tensor_t *z = mpr_zeros(m->dtype, m->ndim, m->shape);
+    const mpri_backend_t *B = mpri_backend_of(n->def->name, 1, gout);
+    mpr_tensor_t *z = B ? mpri_full_on(gout[0]->storage->device, m->dtype, m->ndim, m->shape, 0.0) : NULL;
     if (!z) return mpr_last_error_code();
     int dim = (int)n->iparam[0];
     int64_t sh[MPR_MAX_DIMS], st[MPR_MAX_DIMS];
@@ -279,7 +280,7 @@ static mpr_err_t slice_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     int64_t gst[MPR_MAX_DIMS];
     const mpr_tensor_t *g = gout[0];
     for (int i = 0, j = 0; i < m->ndim; i++) gst[i] = (n->iparam[3] && i == dim) ? 0 : g->strides[j++];
-    mpri_k_copy(m->ndim, sh, m->dtype, (char *)mpr_tensor_data(z) + off * (int64_t)mpr_dtype_size(m->dtype),
+    B->copy(m->ndim, sh, m->dtype, (char *)mpr_tensor_data(z) + off * (int64_t)mpr_dtype_size(m->dtype),
                 st, g->dtype, mpr_tensor_data(g), gst);
     gin[0] = z;
     return MPR_OK;
@@ -430,7 +431,7 @@ static const mpri_op_def_t contiguous_def = {"contiguous", contiguous_backward, 
 mpr_tensor_t *mpr_contiguous(mpr_tensor_t *t) {
     if (!t) return NULL;
     if (mpr_tensor_is_contiguous(t)) return mpri_result(mpr_tensor_retain(t));
-    mpr_tensor_t *out = mpr_tensor_contiguous(t);
+    mpr_tensor_t *out = mpri_contiguous_raw(t);
     if (!out) return NULL;
     mpri_record(&contiguous_def, 1, &t, out);
     return mpri_result(out);

@@ -174,7 +174,7 @@ static mpr_err_t random_(const char *op, mpr_tensor_t *t, bool normal, double p0
                          mpr_generator_t *gen) {
     if (!t) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: tensor is NULL", op);
     mpr_err_t rc = mpri_check_float(op, t);
-    if (rc || (rc = mpri_check_inplace(op, t))) return rc;
+    if (rc || (rc = mpri_check_cpu(op, t)) || (rc = mpri_check_inplace(op, t))) return rc;
     if (normal ? !(p1 >= 0) : !(p0 <= p1))
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: bad parameters %g, %g", op, p0, p1);
     fill_random(t, normal, p0, p1, gen);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "mpirpc/tensor.h"
+#include "mpri_tensor.h"
 
 /* ---- N-d iteration over up to 3 operands sharing a shape ---- */
 #define MPRI_ITER_MAX_OPS 3
@@ -92,5 +93,44 @@ void mpri_k_gemm(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t 
                  void *C, int64_t ldc);
 /* Apply the thread setting once (MPIRPC_BLAS_THREADS env, default 1). */
 void mpri_blas_init(void);
+
+/* ---- device backends ----
+ * Ops never call the CPU kernels above directly for tensor data: they look up
+ * the backend of the tensors' device with mpri_backend_of() and call through
+ * its table (one indirect call per op, never per element). The CPU table is
+ * built in; a CUDA build registers its table (same signatures, device
+ * pointers) with mpri_backend_register() at load time. */
+typedef struct mpri_backend {
+    const char *name;
+    /* Make `device` current for the kernels that follow (CUDA: cudaSetDevice). */
+    void (*activate)(int device);
+    /* Storage of nbytes on `device`, refcount 1, free_data set; NULL on failure. */
+    mpri_storage_t *(*storage_create)(size_t nbytes, int device);
+    void (*unary)(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *x, double p0, double p1);
+    void (*unary_backward)(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin, const void *gout,
+                           const void *x, const void *y, double p0, double p1);
+    void (*binary)(mpri_binop_t op, mpr_dtype_t dt, int ndim, const int64_t *shape, void *o,
+                   const int64_t *so, const void *a, const int64_t *sa, const void *b, const int64_t *sb,
+                   double alpha);
+    void (*copy)(int ndim, const int64_t *shape, mpr_dtype_t dst_dt, void *dst, const int64_t *sd,
+                 mpr_dtype_t src_dt, const void *src, const int64_t *ss);
+    void (*fill)(mpr_dtype_t dt, int ndim, const int64_t *shape, void *dst, const int64_t *sd, double value);
+    void (*sum_into)(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, const int64_t *so,
+                     const void *in, const int64_t *si);
+    void (*max_dim)(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *in, void *vals,
+                    int64_t *idx);
+    void (*max_dim_backward)(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *gout,
+                             const int64_t *idx, void *gin);
+    void (*gemm)(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+} mpri_backend_t;
+
+/* The built-in CPU backend (device -1). */
+extern const mpri_backend_t mpri_cpu_backend;
+/* Install the backend serving every device >= 0 (one CUDA backend). */
+void mpri_backend_register(const mpri_backend_t *cuda);
+/* Backend for `device` after activating it, or NULL with MPR_ERR_UNSUPPORTED
+ * naming `op` when no backend serves that device. */
+const mpri_backend_t *mpri_backend_for(const char *op, int device);
 
 #endif

@@ -244,7 +244,7 @@ mpr_err_t mpr_copy_(mpr_tensor_t *t, mpr_tensor_t *src);
 /* Formats "[2, 3]" into buf (always NUL-terminated); returns buf. */
 char *mpr_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 /* True if both have the same shape and |a-b| <= atol + rtol*|b| everywhere
- * (any strides/float dtypes; false on NULL or shape mismatch). */
+ * (any strides/dtypes; false on NULL, shape mismatch or a CUDA tensor). */
 bool mpr_allclose(const mpr_tensor_t *a, const mpr_tensor_t *b, double rtol, double atol);
 
 #ifdef __cplusplus
