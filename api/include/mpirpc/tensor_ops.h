@@ -49,8 +49,17 @@
  *
  * DTYPES: float ops work on float32 and float64 (both operands the same dtype;
  * no implicit promotion: MPR_ERR_DTYPE); int64 is supported by creation,
- * copies/conversion, views and index ops. CPU tensors only unless built with
- * CUDA (see mpr_to_device when present). */
+ * copies/conversion, views and index ops.
+ *
+ * DEVICES: an op runs on the device of its inputs (all inputs on one device,
+ * else MPR_ERR_INVALID_ARG naming both) and returns its result there; CUDA
+ * tensors need a build with the CUDA backend (MPR_ERR_UNSUPPORTED otherwise).
+ * Creation functions make CPU tensors; functions that read or write element
+ * values on the host (mpr_item, mpr_copy_to_buffer, mpr_allclose, random
+ * fills, mpr_max over all elements) take CPU tensors only.
+ *
+ * THREADS: ops on distinct tensors may run concurrently on any threads; a
+ * tensor that is being written in place must not be read at the same time. */
 #ifndef MPIRPC_TENSOR_OPS_H
 #define MPIRPC_TENSOR_OPS_H
 
