@@ -162,6 +162,7 @@ mpr_future_t *mpri_rref_record_end(void) {
     size_t n = rec.n;
     rec.n = 0;
     size_t pending = 0;
+    if (!rec.items) return NULL;
     for (size_t i = 0; i < n; i++) {
         if (mpr_future_done(rec.items[i])) {
             mpr_future_release(rec.items[i]);
@@ -169,12 +170,13 @@ mpr_future_t *mpri_rref_record_end(void) {
         }
         rec.items[pending++] = rec.items[i];
     }
+    /* The buffer is freed every time: a thread-local pointer would leak when
+     * the thread exits. */
+    mpr_future_t **items = rec.items;
+    rec.items = NULL;
+    rec.cap = 0;
     if (pending == 0) {
-        if (rec.cap > 64) { /* do not keep a large buffer per thread */
-            free(rec.items);
-            rec.items = NULL;
-            rec.cap = 0;
-        }
+        free(items);
         return NULL;
     }
     gate_t *g = malloc(sizeof *g);
@@ -182,13 +184,15 @@ mpr_future_t *mpri_rref_record_end(void) {
     if (!g || !done) { /* best effort: run without waiting */
         free(g);
         mpr_future_release(done);
-        for (size_t i = 0; i < pending; i++) mpr_future_release(rec.items[i]);
+        for (size_t i = 0; i < pending; i++) mpr_future_release(items[i]);
+        free(items);
         return NULL;
     }
     atomic_init(&g->left, (long)pending + 1);
     g->done = mpr_future_retain(done);
     for (size_t i = 0; i < pending; i++)
-        if (mpri_future_on_complete(rec.items[i], gate_arrive, g) != MPR_OK) gate_arrive(rec.items[i], g);
+        if (mpri_future_on_complete(items[i], gate_arrive, g) != MPR_OK) gate_arrive(items[i], g);
+    free(items);
     gate_arrive(mpr_future_retain(done), g); /* the extra count */
     return done;
 }
