@@ -207,15 +207,18 @@ static mpr_err_t accumulate(mpr_tensor_t **slot, mpr_tensor_t *g) {
         return mpri_err_shape2("backward", "gradients to accumulate differ:", s, g);
     const mpri_backend_t *B = mpri_backend_of("backward", 2, (mpr_tensor_t *[]){s, g});
     if (!B) return mpr_last_error_code();
-    if (exclusive(s)) {
-        B->binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(s), s->strides,
-                      mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
-        return MPR_OK;
-    }
-    mpr_tensor_t *sum = mpri_empty_on(s->storage->device, s->dtype, s->ndim, s->shape);
+    int dev = s->storage->device;
+    if (exclusive(s))
+        return MPRI_BK(B, binary, dev, MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(s), s->strides,
+                       mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
+    mpr_tensor_t *sum = mpri_empty_on(dev, s->dtype, s->ndim, s->shape);
     if (!sum) return mpr_last_error_code();
-    B->binary(MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(sum), sum->strides,
-                  mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
+    mpr_err_t rc = MPRI_BK(B, binary, dev, MPRI_BIN_ADD, s->dtype, s->ndim, s->shape, mpr_tensor_data(sum),
+                           sum->strides, mpr_tensor_data(s), s->strides, mpr_tensor_data(g), g->strides, 1.0);
+    if (rc != MPR_OK) {
+        mpr_tensor_release(sum);
+        return rc;
+    }
     mpr_tensor_release(s);
     *slot = sum;
     return MPR_OK;
@@ -232,10 +235,15 @@ static mpr_err_t accumulate_leaf(mpr_tensor_t *leaf, mpr_tensor_t *g) {
         if (exclusive(g)) {
             m->grad = mpr_tensor_retain(g);
         } else {
-            m->grad = mpri_empty_on(dev, g->dtype, g->ndim, g->shape);
-            if (!m->grad) return mpr_last_error_code();
-            B->copy(g->ndim, g->shape, g->dtype, mpr_tensor_data(m->grad), m->grad->strides,
-                        g->dtype, mpr_tensor_data(g), g->strides);
+            mpr_tensor_t *c = mpri_empty_on(dev, g->dtype, g->ndim, g->shape);
+            if (!c) return mpr_last_error_code();
+            mpr_err_t rc = MPRI_BK(B, copy, dev, g->ndim, g->shape, g->dtype, mpr_tensor_data(c), c->strides,
+                                   g->dtype, mpr_tensor_data(g), g->strides);
+            if (rc != MPR_OK) {
+                mpr_tensor_release(c);
+                return rc;
+            }
+            m->grad = c;
         }
         return MPR_OK;
     }
@@ -243,10 +251,15 @@ static mpr_err_t accumulate_leaf(mpr_tensor_t *leaf, mpr_tensor_t *g) {
         return accumulate(&m->grad, g) ;
     /* Someone else holds the old .grad: build a new one instead of writing into theirs. */
     mpr_tensor_t *old = m->grad;
-    m->grad = mpri_empty_on(dev, g->dtype, g->ndim, g->shape);
-    if (!m->grad) { m->grad = old; return mpr_last_error_code(); }
-    B->binary(MPRI_BIN_ADD, g->dtype, g->ndim, g->shape, mpr_tensor_data(m->grad), m->grad->strides,
-                  mpr_tensor_data(old), old->strides, mpr_tensor_data(g), g->strides, 1.0);
+    mpr_tensor_t *sum = mpri_empty_on(dev, g->dtype, g->ndim, g->shape);
+    if (!sum) return mpr_last_error_code();
+    mpr_err_t rc = MPRI_BK(B, binary, dev, MPRI_BIN_ADD, g->dtype, g->ndim, g->shape, mpr_tensor_data(sum),
+                           sum->strides, mpr_tensor_data(old), old->strides, mpr_tensor_data(g), g->strides, 1.0);
+    if (rc != MPR_OK) {
+        mpr_tensor_release(sum);
+        return rc;
+    }
+    m->grad = sum;
     mpr_tensor_release(old);
     return MPR_OK;
 }
@@ -423,7 +436,12 @@ mpr_err_t mpr_backward(mpr_tensor_t *root, mpr_tensor_t *grad, bool retain_graph
         const mpri_backend_t *B = mpri_backend_of("backward", 1, &root);
         ones = B ? mpri_empty_on(root->storage->device, root->dtype, root->ndim, root->shape) : NULL;
         if (!ones) return mpr_last_error_code();
-        B->fill(root->dtype, root->ndim, root->shape, mpr_tensor_data(ones), ones->strides, 1.0);
+        mpr_err_t rc = MPRI_BK(B, fill, root->storage->device, root->dtype, root->ndim, root->shape,
+                               mpr_tensor_data(ones), ones->strides, 1.0);
+        if (rc != MPR_OK) {
+            mpr_tensor_release(ones);
+            return rc;
+        }
         grad = ones;
     } else {
         if (grad->dtype != root->dtype)

@@ -110,8 +110,11 @@ static mpr_tensor_t *converted(mpr_tensor_t *t, mpr_dtype_t dtype) {
     const mpri_backend_t *B = mpri_backend_of("copy", 1, &t);
     mpr_tensor_t *out = B ? mpri_empty_on(t->storage->device, dtype, t->ndim, t->shape) : NULL;
     if (!out) return NULL;
-    B->copy(t->ndim, t->shape, dtype, mpr_tensor_data(out), out->strides, t->dtype,
-                mpr_tensor_data(t), t->strides);
+    if (MPRI_BK(B, copy, t->storage->device, t->ndim, t->shape, dtype, mpr_tensor_data(out), out->strides,
+                t->dtype, mpr_tensor_data(t), t->strides) != MPR_OK) {
+        mpr_tensor_release(out);
+        return NULL;
+    }
     return out;
 }
 

@@ -35,8 +35,11 @@ static mpr_tensor_t *binary_raw(mpri_binop_t op, mpr_tensor_t *a, mpr_tensor_t *
     if (!out) return NULL;
     bcast_strides(a, n, shape, sa);
     bcast_strides(b, n, shape, sb);
-    B->binary(op, a->dtype, n, shape, mpr_tensor_data(out), out->strides, mpr_tensor_data(a), sa,
-                  mpr_tensor_data(b), sb, 1.0);
+    if (MPRI_BK(B, binary, a->storage->device, op, a->dtype, n, shape, mpr_tensor_data(out), out->strides,
+                mpr_tensor_data(a), sa, mpr_tensor_data(b), sb, 1.0) != MPR_OK) {
+        mpr_tensor_release(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -128,11 +131,13 @@ static mpr_err_t unary_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     if (!B) return mpr_last_error_code();
     mpr_tensor_t *g = mpri_result(mpri_contiguous_raw(gout[0]));
     if (!g) return mpr_last_error_code();
-    mpr_tensor_t *out = mpri_empty_on(g->storage->device, g->dtype, g->ndim, g->shape);
+    mpr_tensor_t *out = mpri_result(mpri_empty_on(g->storage->device, g->dtype, g->ndim, g->shape));
     if (!out) return mpr_last_error_code();
-    B->unary_backward(op, g->dtype, mpr_tensor_numel(g), mpr_tensor_data(out), mpr_tensor_data(g),
-                      x ? mpr_tensor_data(x) : NULL, y ? mpr_tensor_data(y) : NULL, n->dparam[0], n->dparam[1]);
-    gin[0] = mpri_result(out);
+    mpr_err_t rc = MPRI_BK(B, unary_backward, g->storage->device, op, g->dtype, mpr_tensor_numel(g),
+                           mpr_tensor_data(out), mpr_tensor_data(g), x ? mpr_tensor_data(x) : NULL,
+                           y ? mpr_tensor_data(y) : NULL, n->dparam[0], n->dparam[1]);
+    if (rc != MPR_OK) return rc;
+    gin[0] = out;
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
 
@@ -160,7 +165,12 @@ static mpr_tensor_t *unary(mpri_unop_t op, mpr_tensor_t *a, double p0, double p1
         mpr_tensor_release(x);
         return NULL;
     }
-    B->unary(op, a->dtype, mpr_tensor_numel(a), mpr_tensor_data(out), mpr_tensor_data(x), p0, p1);
+    if (MPRI_BK(B, unary, a->storage->device, op, a->dtype, mpr_tensor_numel(a), mpr_tensor_data(out),
+                mpr_tensor_data(x), p0, p1) != MPR_OK) {
+        mpr_tensor_release(x);
+        mpr_tensor_release(out);
+        return NULL;
+    }
     mpri_node_t *n = mpri_record(&un_defs[op], 1, &a, out);
     if (n) {
         n->iparam[0] = op;

@@ -41,6 +41,7 @@ static const mpri_backend_t *check_dst(const char *op, mpr_tensor_t *t, mpr_tens
 static mpr_err_t binary_(const char *op, mpri_binop_t bop, mpr_tensor_t *t, mpr_tensor_t *other, double alpha) {
     const mpri_backend_t *B = check_dst(op, t, other, true);
     if (!B) return mpr_last_error_code();
+    int dev = t->storage->device;
     mpr_err_t rc;
     if ((rc = mpri_check_float(op, t)) || (rc = mpri_check_same_dtype(op, t, other))) return rc;
     int64_t so[MPR_MAX_DIMS];
@@ -51,19 +52,20 @@ static mpr_err_t binary_(const char *op, mpri_binop_t bop, mpr_tensor_t *t, mpr_
     bool same_layout = other->storage == t->storage && other->offset == t->offset &&
                        memcmp(so, t->strides, sizeof(int64_t) * (size_t)t->ndim) == 0;
     if (other->storage == t->storage && !same_layout) {
-        src = mpri_empty_on(other->storage->device, other->dtype, other->ndim, other->shape);
+        src = mpri_empty_on(dev, other->dtype, other->ndim, other->shape);
         if (!src) return mpr_last_error_code();
-        B->copy(other->ndim, other->shape, other->dtype, mpr_tensor_data(src), src->strides, other->dtype,
-                mpr_tensor_data(other), other->strides);
+        rc = MPRI_BK(B, copy, dev, other->ndim, other->shape, other->dtype, mpr_tensor_data(src), src->strides,
+                     other->dtype, mpr_tensor_data(other), other->strides);
         bcast_to(op, t, src, so);
     } else {
         mpr_tensor_retain(src);
     }
-    B->binary(bop, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, mpr_tensor_data(t), t->strides,
-              mpr_tensor_data(src), so, alpha);
+    if (rc == MPR_OK)
+        rc = MPRI_BK(B, binary, dev, bop, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides,
+                     mpr_tensor_data(t), t->strides, mpr_tensor_data(src), so, alpha);
     mpr_tensor_release(src);
-    mpri_bump_version(t);
-    return MPR_OK;
+    if (rc == MPR_OK) mpri_bump_version(t);
+    return rc;
 }
 
 mpr_err_t mpr_add_(mpr_tensor_t *t, mpr_tensor_t *other) { return binary_("add_", MPRI_BIN_ADD, t, other, 1.0); }
@@ -75,61 +77,69 @@ mpr_err_t mpr_mul_(mpr_tensor_t *t, mpr_tensor_t *other) { return binary_("mul_"
 mpr_err_t mpr_mul_scalar_(mpr_tensor_t *t, double s) {
     const mpri_backend_t *B = check_dst("mul_scalar_", t, NULL, false);
     if (!B) return mpr_last_error_code();
+    int dev = t->storage->device;
     mpr_err_t rc = mpri_check_float("mul_scalar_", t);
     if (rc) return rc;
     if (mpr_tensor_is_contiguous(t)) {
-        B->unary(MPRI_UN_MUL_S, t->dtype, mpr_tensor_numel(t), mpr_tensor_data(t), mpr_tensor_data(t), s, 0);
+        rc = MPRI_BK(B, unary, dev, MPRI_UN_MUL_S, t->dtype, mpr_tensor_numel(t), mpr_tensor_data(t),
+                     mpr_tensor_data(t), s, 0);
     } else {
         /* strided: multiply by a one-element tensor broadcast with stride 0 */
-        mpr_tensor_t *sc = mpri_empty_on(t->storage->device, t->dtype, 0, NULL);
+        mpr_tensor_t *sc = mpri_empty_on(dev, t->dtype, 0, NULL);
         if (!sc) return mpr_last_error_code();
         int64_t zero[MPR_MAX_DIMS] = {0}, one = 1;
-        B->fill(t->dtype, 0, &one, mpr_tensor_data(sc), &one, s);
-        B->binary(MPRI_BIN_MUL, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, mpr_tensor_data(t),
-                  t->strides, mpr_tensor_data(sc), zero, 1.0);
+        rc = MPRI_BK(B, fill, dev, t->dtype, 0, &one, mpr_tensor_data(sc), &one, s);
+        if (rc == MPR_OK)
+            rc = MPRI_BK(B, binary, dev, MPRI_BIN_MUL, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides,
+                         mpr_tensor_data(t), t->strides, mpr_tensor_data(sc), zero, 1.0);
         mpr_tensor_release(sc);
     }
-    mpri_bump_version(t);
-    return MPR_OK;
+    if (rc == MPR_OK) mpri_bump_version(t);
+    return rc;
 }
 
 mpr_err_t mpr_fill_(mpr_tensor_t *t, double value) {
     const mpri_backend_t *B = check_dst("fill_", t, NULL, false);
     if (!B) return mpr_last_error_code();
-    B->fill(t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, value);
-    mpri_bump_version(t);
-    return MPR_OK;
+    mpr_err_t rc = MPRI_BK(B, fill, t->storage->device, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides,
+                           value);
+    if (rc == MPR_OK) mpri_bump_version(t);
+    return rc;
 }
 
 mpr_err_t mpr_zero_(mpr_tensor_t *t) {
     const mpri_backend_t *B = check_dst("zero_", t, NULL, false);
     if (!B) return mpr_last_error_code();
+    mpr_err_t rc = MPR_OK;
     if (t->storage->device < 0 && mpr_tensor_is_contiguous(t))
         memset(mpr_tensor_data(t), 0, mpr_tensor_nbytes(t));
     else
-        B->fill(t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, 0.0);
-    mpri_bump_version(t);
-    return MPR_OK;
+        rc = MPRI_BK(B, fill, t->storage->device, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, 0.0);
+    if (rc == MPR_OK) mpri_bump_version(t);
+    return rc;
 }
 
 mpr_err_t mpr_copy_(mpr_tensor_t *t, mpr_tensor_t *src) {
     const mpri_backend_t *B = check_dst("copy_", t, src, true);
     if (!B) return mpr_last_error_code();
+    int dev = t->storage->device;
     mpr_err_t rc;
     int64_t ss[MPR_MAX_DIMS];
     if ((rc = bcast_to("copy_", t, src, ss)) != MPR_OK) return rc;
     mpr_tensor_t *s = src;
     if (src->storage == t->storage) {
-        s = mpri_empty_on(src->storage->device, src->dtype, src->ndim, src->shape);
+        s = mpri_empty_on(dev, src->dtype, src->ndim, src->shape);
         if (!s) return mpr_last_error_code();
-        B->copy(src->ndim, src->shape, src->dtype, mpr_tensor_data(s), s->strides, src->dtype,
-                    mpr_tensor_data(src), src->strides);
+        rc = MPRI_BK(B, copy, dev, src->ndim, src->shape, src->dtype, mpr_tensor_data(s), s->strides, src->dtype,
+                     mpr_tensor_data(src), src->strides);
         bcast_to("copy_", t, s, ss);
     } else {
         mpr_tensor_retain(s);
     }
-    B->copy(t->ndim, t->shape, t->dtype, mpr_tensor_data(t), t->strides, s->dtype, mpr_tensor_data(s), ss);
+    if (rc == MPR_OK)
+        rc = MPRI_BK(B, copy, dev, t->ndim, t->shape, t->dtype, mpr_tensor_data(t), t->strides, s->dtype,
+                     mpr_tensor_data(s), ss);
     mpr_tensor_release(s);
-    mpri_bump_version(t);
-    return MPR_OK;
+    if (rc == MPR_OK) mpri_bump_version(t);
+    return rc;
 }

@@ -87,6 +87,7 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
     out = mpri_empty_on(a->storage->device, a->dtype, nbatch + 2, oshape);
     if (!out) goto fail;
     size_t esz = mpr_dtype_size(a->dtype);
+    int dev = a->storage->device;
     int64_t nb = 1;
     for (int i = 0; i < nbatch; i++) nb *= bshape[i];
     /* One gemm when b is a single matrix and a's batch collapses into rows. */
@@ -98,8 +99,9 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
             expect *= ac->shape[i];
         }
         if (rows_ok && ac->ndim - 2 == nbatch) {
-            B->gemm(a->dtype, false, ob.trans, nb * n, m, k, 1.0, mpr_tensor_data(ac), oa.ld,
-                        mpr_tensor_data(bc), ob.ld, 0.0, mpr_tensor_data(out), m);
+            if (MPRI_BK(B, gemm, dev, a->dtype, false, ob.trans, nb * n, m, k, 1.0, mpr_tensor_data(ac), oa.ld,
+                        mpr_tensor_data(bc), ob.ld, 0.0, mpr_tensor_data(out), m) != MPR_OK)
+                goto fail;
             goto done;
         }
     }
@@ -118,8 +120,9 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
                 offa += idx[i] * sa[i];
                 offb += idx[i] * sb[i];
             }
-            B->gemm(a->dtype, oa.trans, ob.trans, n, m, k, 1.0, pa + offa * (int64_t)esz, oa.ld,
-                    pb + offb * (int64_t)esz, ob.ld, 0.0, pc + t * n * m * (int64_t)esz, m);
+            if (MPRI_BK(B, gemm, dev, a->dtype, oa.trans, ob.trans, n, m, k, 1.0, pa + offa * (int64_t)esz, oa.ld,
+                        pb + offb * (int64_t)esz, ob.ld, 0.0, pc + t * n * m * (int64_t)esz, m) != MPR_OK)
+                goto fail;
             for (int i = nbatch - 1; i >= 0; i--) {
                 if (++idx[i] < bshape[i]) break;
                 idx[i] = 0;
@@ -185,26 +188,29 @@ static mpr_err_t linear_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     tensor_operand(w, &ow); /* checked at forward */
     if (mpri_node_needs_grad(n, 0)) {
         /* gx [N, in] = g [N, out] @ w [out, in] */
-        mpr_tensor_t *gx = mpri_empty_on(dev, dt, n->in_meta[0].ndim, n->in_meta[0].shape);
+        mpr_tensor_t *gx = mpri_result(mpri_empty_on(dev, dt, n->in_meta[0].ndim, n->in_meta[0].shape));
         if (!gx) return mpr_last_error_code();
-        B->gemm(dt, false, ow.trans, N, in, out, 1.0, mpr_tensor_data(g), out, mpr_tensor_data(w), ow.ld,
-                    0.0, mpr_tensor_data(gx), in);
-        if (!(gin[0] = mpri_result(gx))) return mpr_last_error_code();
+        mpr_err_t rc = MPRI_BK(B, gemm, dev, dt, false, ow.trans, N, in, out, 1.0, mpr_tensor_data(g), out,
+                               mpr_tensor_data(w), ow.ld, 0.0, mpr_tensor_data(gx), in);
+        if (rc != MPR_OK) return rc;
+        gin[0] = gx;
     }
     if (mpri_node_needs_grad(n, 1)) {
         /* gw [out, in] = g^T [out, N] @ x [N, in] */
-        mpr_tensor_t *gw = mpri_empty_on(dev, dt, 2, w->shape);
+        mpr_tensor_t *gw = mpri_result(mpri_empty_on(dev, dt, 2, w->shape));
         if (!gw) return mpr_last_error_code();
-        B->gemm(dt, true, false, out, in, N, 1.0, mpr_tensor_data(g), out, mpr_tensor_data(x), in, 0.0,
-                    mpr_tensor_data(gw), in);
-        if (!(gin[1] = mpri_result(gw))) return mpr_last_error_code();
+        mpr_err_t rc = MPRI_BK(B, gemm, dev, dt, true, false, out, in, N, 1.0, mpr_tensor_data(g), out,
+                               mpr_tensor_data(x), in, 0.0, mpr_tensor_data(gw), in);
+        if (rc != MPR_OK) return rc;
+        gin[1] = gw;
     }
     if (mpri_node_needs_grad(n, 2)) {
         /* gb [out] = sum over rows of g */
         mpr_tensor_t *gb = mpri_full_on(dev, dt, 1, &out, 0.0);
         if (!gb) return mpr_last_error_code();
         int64_t so[2] = {0, 1}, sh[2] = {N, out}, si[2] = {out, 1};
-        B->sum_into(dt, 2, sh, mpr_tensor_data(gb), so, mpr_tensor_data(g), si);
+        mpr_err_t rc = MPRI_BK(B, sum_into, dev, dt, 2, sh, mpr_tensor_data(gb), so, mpr_tensor_data(g), si);
+        if (rc != MPR_OK) return rc;
         gin[2] = gb;
     }
     return MPR_OK;
@@ -248,15 +254,25 @@ mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b) {
         return NULL;
     }
     tensor_operand(wc, &ow);
+    int dev = x->storage->device;
     double beta = 0.0;
+    mpr_err_t rc = MPR_OK;
     if (b) {
         int64_t sh[2] = {N, out}, sd[2] = {out, 1}, sb[2] = {0, b->strides[0]};
-        B->copy(2, sh, dt, mpr_tensor_data(y), sd, dt, mpr_tensor_data(b), sb);
+        rc = MPRI_BK(B, copy, dev, 2, sh, dt, mpr_tensor_data(y), sd, dt, mpr_tensor_data(b), sb);
         beta = 1.0;
     }
     /* y [N, out] = x [N, in] @ w^T [in, out] (+ y) */
-    B->gemm(dt, false, !ow.trans, N, out, in, 1.0, mpr_tensor_data(x2), in, mpr_tensor_data(wc), ow.ld, beta,
-                mpr_tensor_data(y), out);
+    if (rc == MPR_OK)
+        rc = MPRI_BK(B, gemm, dev, dt, false, !ow.trans, N, out, in, 1.0, mpr_tensor_data(x2), in,
+                     mpr_tensor_data(wc), ow.ld, beta, mpr_tensor_data(y), out);
+    if (rc != MPR_OK) {
+        mpr_tensor_release(x2);
+        mpr_tensor_release(xc);
+        mpr_tensor_release(wc);
+        mpr_tensor_release(y);
+        return NULL;
+    }
     mpri_node_t *n = mpri_record(&linear_def, 3, (mpr_tensor_t *[]){x, w, b}, y);
     if (n) {
         mpri_node_save(n, x2);

@@ -53,18 +53,25 @@ static mpr_tensor_t *sum_impl(const mpri_op_def_t *def, mpr_tensor_t *a, const b
     const mpri_backend_t *B = mpri_backend_of(def->name, 1, &a);
     mpr_tensor_t *out = B ? mpri_empty_on(a->storage->device, a->dtype, nout, outsh) : NULL;
     if (!out) return NULL;
-    B->fill(a->dtype, nout, out->shape, mpr_tensor_data(out), out->strides, 0.0);
+    int dev = a->storage->device;
+    mpr_err_t rc = MPRI_BK(B, fill, dev, a->dtype, nout, out->shape, mpr_tensor_data(out), out->strides, 0.0);
     int64_t s = 1;
     for (int i = a->ndim - 1; i >= 0; i--) {
         so[i] = mask[i] ? 0 : s;
         s *= keep[i];
     }
-    B->sum_into(a->dtype, a->ndim, a->shape, mpr_tensor_data(out), so, mpr_tensor_data(a), a->strides);
+    if (rc == MPR_OK)
+        rc = MPRI_BK(B, sum_into, dev, a->dtype, a->ndim, a->shape, mpr_tensor_data(out), so, mpr_tensor_data(a),
+                     a->strides);
     double scale = 1.0;
-    if (mean) {
+    if (mean && rc == MPR_OK) {
         scale = count ? 1.0 / (double)count : NAN;
-        B->unary(MPRI_UN_MUL_S, out->dtype, mpr_tensor_numel(out), mpr_tensor_data(out),
+        rc = MPRI_BK(B, unary, dev, MPRI_UN_MUL_S, out->dtype, mpr_tensor_numel(out), mpr_tensor_data(out),
                      mpr_tensor_data(out), scale, 0);
+    }
+    if (rc != MPR_OK) {
+        mpr_tensor_release(out);
+        return NULL;
     }
     mpri_node_t *n = mpri_record(def, 1, &a, out);
     if (n) {
@@ -156,8 +163,9 @@ static mpr_err_t max_dim_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
     mpr_tensor_t *g = mpri_result(mpri_contiguous_raw(gout[0]));
     mpr_tensor_t *z = mpri_full_on(m->device, m->dtype, m->ndim, m->shape, 0.0);
     if (!g || !z) return mpr_last_error_code();
-    B->max_dim_backward(m->dtype, n->iparam[0], n->iparam[1], n->iparam[2], mpr_tensor_data(g),
-                            mpr_tensor_data(idx), mpr_tensor_data(z));
+    mpr_err_t rc = MPRI_BK(B, max_dim_backward, m->device, m->dtype, n->iparam[0], n->iparam[1], n->iparam[2],
+                           mpr_tensor_data(g), mpr_tensor_data(idx), mpr_tensor_data(z));
+    if (rc != MPR_OK) return rc;
     gin[0] = z;
     return MPR_OK;
 }
@@ -193,8 +201,14 @@ static mpr_tensor_t *max_dim_impl(mpr_tensor_t *a, int dim, bool keepdim, mpr_te
         mpr_tensor_release(vals);
         return NULL;
     }
-    B->max_dim(a->dtype, outer, nd, inner, mpr_tensor_data(x), mpr_tensor_data(vals), mpr_tensor_data(idx));
+    mpr_err_t rc = MPRI_BK(B, max_dim, dev, a->dtype, outer, nd, inner, mpr_tensor_data(x), mpr_tensor_data(vals),
+                           mpr_tensor_data(idx));
     mpr_tensor_release(x);
+    if (rc != MPR_OK) {
+        mpr_tensor_release(vals);
+        mpr_tensor_release(idx);
+        return NULL;
+    }
     if (!want_values) {
         mpr_tensor_release(vals);
         return mpri_result(idx);

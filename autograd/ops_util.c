@@ -89,10 +89,18 @@ mpr_tensor_t *mpri_sum_to_shape(mpr_tensor_t *g, int ndim, const int64_t *shape)
     if (mpri_check_float("sum_to", g) != MPR_OK) return NULL;
     const mpri_backend_t *B = mpri_backend_of("sum_to", 1, &g);
     if (!B) return NULL;
-    mpr_tensor_t *out = mpri_full_on(g->storage->device, g->dtype, ndim, shape, 0.0); /* registered */
+    int dev = g->storage->device;
+    mpr_tensor_t *out = mpri_empty_on(dev, g->dtype, ndim, shape);
     if (!out) return NULL;
-    B->sum_into(g->dtype, g->ndim, g->shape, mpr_tensor_data(out), so, mpr_tensor_data(g), g->strides);
-    return out;
+    mpr_err_t rc = MPRI_BK(B, fill, dev, g->dtype, ndim, out->shape, mpr_tensor_data(out), out->strides, 0.0);
+    if (rc == MPR_OK)
+        rc = MPRI_BK(B, sum_into, dev, g->dtype, g->ndim, g->shape, mpr_tensor_data(out), so, mpr_tensor_data(g),
+                     g->strides);
+    if (rc != MPR_OK) {
+        mpr_tensor_release(out);
+        return NULL;
+    }
+    return mpri_result(out);
 bad:
     mpr_error_set(MPR_ERR_SHAPE, "sum_to: cannot reduce %s to %s",
                   mpr_shape_str(g->ndim, g->shape, s1, sizeof s1), mpr_shape_str(ndim, shape, s2, sizeof s2));
@@ -133,13 +141,8 @@ mpr_tensor_t *mpri_empty_on(int device, mpr_dtype_t dtype, int ndim, const int64
     if (device < 0) return mpr_tensor_empty(dtype, ndim, shape);
     int64_t numel;
     if (mpri_tensor_check_shape("empty", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
-    const mpri_backend_t *B = mpri_backend_for("empty", device);
-    if (!B) return NULL;
-    mpri_storage_t *s = B->storage_create((size_t)numel * mpr_dtype_size(dtype), device);
-    if (!s) {
-        mpr_error_set(MPR_ERR_NOMEM, "empty: cannot allocate %lld elements on cuda:%d", (long long)numel, device);
-        return NULL;
-    }
+    mpri_storage_t *s = mpri_backend_storage("empty", device, (size_t)numel * mpr_dtype_size(dtype));
+    if (!s) return NULL;
     mpr_tensor_t *t = mpri_tensor_view(s, dtype, ndim, shape, NULL, 0);
     mpri_storage_release(s);
     return t;
@@ -150,10 +153,12 @@ mpr_tensor_t *mpri_full_on(int device, mpr_dtype_t dtype, int ndim, const int64_
     if (!B) return NULL;
     mpr_tensor_t *t = mpri_empty_on(device, dtype, ndim, shape);
     if (!t) return NULL;
-    if (device < 0 && value == 0.0)
+    if (device < 0 && value == 0.0) {
         memset(mpr_tensor_data(t), 0, mpr_tensor_nbytes(t));
-    else
-        B->fill(dtype, ndim, t->shape, mpr_tensor_data(t), t->strides, value);
+    } else if (MPRI_BK(B, fill, device, dtype, ndim, t->shape, mpr_tensor_data(t), t->strides, value) != MPR_OK) {
+        mpr_tensor_release(t);
+        return NULL;
+    }
     return mpri_result(t);
 }
 
@@ -163,8 +168,11 @@ mpr_tensor_t *mpri_contiguous_raw(mpr_tensor_t *t) {
     if (!B) return NULL;
     mpr_tensor_t *out = mpri_empty_on(t->storage->device, t->dtype, t->ndim, t->shape);
     if (!out) return NULL;
-    B->copy(t->ndim, t->shape, t->dtype, mpr_tensor_data(out), out->strides, t->dtype, mpr_tensor_data(t),
-            t->strides);
+    if (MPRI_BK(B, copy, t->storage->device, t->ndim, t->shape, t->dtype, mpr_tensor_data(out), out->strides,
+                t->dtype, mpr_tensor_data(t), t->strides) != MPR_OK) {
+        mpr_tensor_release(out);
+        return NULL;
+    }
     return out;
 }
 

@@ -280,8 +280,10 @@ static mpr_err_t slice_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     int64_t gst[MPR_MAX_DIMS];
     const mpr_tensor_t *g = gout[0];
     for (int i = 0, j = 0; i < m->ndim; i++) gst[i] = (n->iparam[3] && i == dim) ? 0 : g->strides[j++];
-    B->copy(m->ndim, sh, m->dtype, (char *)mpr_tensor_data(z) + off * (int64_t)mpr_dtype_size(m->dtype),
-                st, g->dtype, mpr_tensor_data(g), gst);
+    mpr_err_t rc = MPRI_BK(B, copy, g->storage->device, m->ndim, sh, m->dtype,
+                           (char *)mpr_tensor_data(z) + off * (int64_t)mpr_dtype_size(m->dtype), st, g->dtype,
+                           mpr_tensor_data(g), gst);
+    if (rc != MPR_OK) return rc;
     gin[0] = z;
     return MPR_OK;
 }

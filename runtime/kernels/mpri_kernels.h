@@ -96,41 +96,55 @@ void mpri_blas_init(void);
 
 /* ---- device backends ----
  * Ops never call the CPU kernels above directly for tensor data: they look up
- * the backend of the tensors' device with mpri_backend_of() and call through
- * its table (one indirect call per op, never per element). The CPU table is
- * built in; a CUDA build registers its table (same signatures, device
- * pointers) with mpri_backend_register() at load time. */
+ * the backend of the tensors' device with mpri_backend_for() and call through
+ * its table (one indirect call per op, never per element). Every entry takes
+ * the device first and returns MPR_OK or an error with detail (device errors
+ * are recoverable). The CPU table is built in; a CUDA build registers its
+ * table with mpri_backend_register() — the signatures are exactly those of
+ * mpri_cuda_malloc / mpri_cuda_free / mpri_cuda_k_* in kernels/cuda/mpri_cuda.h,
+ * so the table is just those function names. Entries may be NULL where a
+ * backend has no kernel: the op then fails with MPR_ERR_UNSUPPORTED naming it. */
 typedef struct mpri_backend {
     const char *name;
-    /* Make `device` current for the kernels that follow (CUDA: cudaSetDevice). */
-    void (*activate)(int device);
-    /* Storage of nbytes on `device`, refcount 1, free_data set; NULL on failure. */
-    mpri_storage_t *(*storage_create)(size_t nbytes, int device);
-    void (*unary)(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *x, double p0, double p1);
-    void (*unary_backward)(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin, const void *gout,
-                           const void *x, const void *y, double p0, double p1);
-    void (*binary)(mpri_binop_t op, mpr_dtype_t dt, int ndim, const int64_t *shape, void *o,
-                   const int64_t *so, const void *a, const int64_t *sa, const void *b, const int64_t *sb,
-                   double alpha);
-    void (*copy)(int ndim, const int64_t *shape, mpr_dtype_t dst_dt, void *dst, const int64_t *sd,
-                 mpr_dtype_t src_dt, const void *src, const int64_t *ss);
-    void (*fill)(mpr_dtype_t dt, int ndim, const int64_t *shape, void *dst, const int64_t *sd, double value);
-    void (*sum_into)(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, const int64_t *so,
-                     const void *in, const int64_t *si);
-    void (*max_dim)(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *in, void *vals,
-                    int64_t *idx);
-    void (*max_dim_backward)(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *gout,
-                             const int64_t *idx, void *gin);
-    void (*gemm)(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+    mpr_err_t (*alloc)(int device, size_t nbytes, void **out); /* *out NULL allowed for nbytes 0 */
+    void (*free)(void *data, int device);
+    mpr_err_t (*unary)(int device, mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *x,
+                       double p0, double p1);
+    mpr_err_t (*unary_backward)(int device, mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin,
+                                const void *gout, const void *x, const void *y, double p0, double p1);
+    mpr_err_t (*binary)(int device, mpri_binop_t op, mpr_dtype_t dt, int ndim, const int64_t *shape, void *o,
+                        const int64_t *so, const void *a, const int64_t *sa, const void *b, const int64_t *sb,
+                        double alpha);
+    mpr_err_t (*copy)(int device, int ndim, const int64_t *shape, mpr_dtype_t dst_dt, void *dst,
+                      const int64_t *sd, mpr_dtype_t src_dt, const void *src, const int64_t *ss);
+    mpr_err_t (*fill)(int device, mpr_dtype_t dt, int ndim, const int64_t *shape, void *dst, const int64_t *sd,
+                      double value);
+    mpr_err_t (*sum_into)(int device, mpr_dtype_t dt, int ndim, const int64_t *shape, void *out,
+                          const int64_t *so, const void *in, const int64_t *si);
+    mpr_err_t (*max_dim)(int device, mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner, const void *in,
+                         void *vals, int64_t *idx);
+    mpr_err_t (*max_dim_backward)(int device, mpr_dtype_t dt, int64_t outer, int64_t n, int64_t inner,
+                                  const void *gout, const int64_t *idx, void *gin);
+    mpr_err_t (*gemm)(int device, mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                      double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
+                      int64_t ldc);
 } mpri_backend_t;
 
 /* The built-in CPU backend (device -1). */
 extern const mpri_backend_t mpri_cpu_backend;
-/* Install the backend serving every device >= 0 (one CUDA backend). */
+/* Install the backend serving every device >= 0 (one CUDA backend); NULL removes it. */
 void mpri_backend_register(const mpri_backend_t *cuda);
-/* Backend for `device` after activating it, or NULL with MPR_ERR_UNSUPPORTED
- * naming `op` when no backend serves that device. */
+/* Backend for `device`, or NULL with MPR_ERR_UNSUPPORTED naming `op` when no
+ * backend serves that device. */
 const mpri_backend_t *mpri_backend_for(const char *op, int device);
+/* New storage of nbytes on `device` through its backend (refcount 1, version
+ * 0, freed through the backend). NULL with an error naming `op` on failure. */
+mpri_storage_t *mpri_backend_storage(const char *op, int device, size_t nbytes);
+/* MPR_ERR_UNSUPPORTED naming `op` and the backend when `fn` is NULL. */
+mpr_err_t mpri_backend_missing(const char *op, const mpri_backend_t *b, const char *kernel);
+/* Call kernel `fn` of backend `b` on device `dev`: evaluates to its mpr_err_t,
+ * or to MPR_ERR_UNSUPPORTED when the backend lacks it. */
+#define MPRI_BK(b, fn, dev, ...) \
+    ((b)->fn ? (b)->fn((dev), __VA_ARGS__) : mpri_backend_missing(__func__, (b), #fn))
 
 #endif

@@ -16,24 +16,33 @@
 
 static int calls;
 
-static mpri_storage_t *fake_storage(size_t nbytes, int device) {
-    mpri_storage_t *s = mpri_storage_create(nbytes);
-    if (s) s->device = device; /* host memory, freed with free() */
-    return s;
+/* The fake device backend: CPU kernels and host memory behind device ids >= 0,
+ * counting calls (gemm counts 1000) so the test sees the dispatch. */
+static mpr_err_t fake_alloc(int device, size_t nbytes, void **out) {
+    calls++;
+    return mpri_cpu_backend.alloc(device, nbytes, out);
 }
-static void fake_activate(int device) { calls++; }
-static void fake_gemm(mpr_dtype_t dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
-                      int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+static void fake_free(void *data, int device) { mpri_cpu_backend.free(data, device); }
+static mpr_err_t fake_gemm(int dev, mpr_dtype_t dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                           const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
     calls += 1000;
-    mpri_k_gemm(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return mpri_cpu_backend.gemm(dev, dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+static mpr_err_t failing_fill(int dev, mpr_dtype_t dt, int ndim, const int64_t *shape, void *dst, const int64_t *sd,
+                              double value) {
+    return mpr_error_set(MPR_ERR_STATE, "fake fill: device error");
 }
 
-static const mpri_backend_t fake = {
-    .name = "fake-cuda", .activate = fake_activate, .storage_create = fake_storage,
-    .unary = mpri_k_unary, .unary_backward = mpri_k_unary_backward, .binary = mpri_k_binary,
-    .copy = mpri_k_copy, .fill = mpri_k_fill, .sum_into = mpri_k_sum_into,
-    .max_dim = mpri_k_max_dim, .max_dim_backward = mpri_k_max_dim_backward, .gemm = fake_gemm,
-};
+static mpri_backend_t fake;
+
+static void init_fake(void) {
+    fake = mpri_cpu_backend;
+    fake.name = "fake-cuda";
+    fake.alloc = fake_alloc;
+    fake.free = fake_free;
+    fake.gemm = fake_gemm;
+    fake.max_dim_backward = NULL; /* a kernel the backend lacks */
+}
 
 /* A device-0 copy of a CPU tensor (host memory, so the test can read it). */
 static mpr_tensor_t *on_device(mpr_tensor_t *cpu) {
@@ -50,6 +59,7 @@ static void test_no_backend(void **state) {
 }
 
 static void test_dispatch(void **state) {
+    init_fake();
     mpri_backend_register(&fake);
     mpr_scope_begin();
     mpr_generator_t *g = mpr_generator_create(5);
@@ -88,6 +98,19 @@ static void test_dispatch(void **state) {
     assert_int_equal(mpr_copy_to_buffer(x, MPR_F64, &v, sizeof v), MPR_ERR_UNSUPPORTED);
     assert_int_equal(mpr_uniform_(x, 0, 1, g), MPR_ERR_UNSUPPORTED);
     assert_null(mpr_max(x));
+    /* a missing kernel is reported, not called */
+    mpr_tensor_t *xr = on_device(xc);
+    mpr_set_requires_grad(xr, true);
+    mpr_tensor_t *mx = mpr_sum(mpr_max_dim(xr, 1, false, NULL));
+    assert_int_equal(mpr_backward(mx, NULL, false), MPR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mpr_last_error(), "max_dim_backward"));
+    /* a failing kernel surfaces as the op's error, without leaking */
+    int64_t live = mpr_tensor_live_count();
+    fake.fill = failing_fill;
+    assert_null(mpr_sum(x));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_STATE);
+    assert_int_equal(mpr_fill_(x, 1.0), MPR_ERR_STATE);
+    assert_int_equal(mpr_tensor_live_count(), live);
     mpr_generator_destroy(g);
     mpr_scope_end();
     mpri_backend_register(NULL);
