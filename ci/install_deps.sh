@@ -1,0 +1,16 @@
+#!/bin/bash
+# Install what building and testing mpirpc needs on Debian 12 (run as root, or
+# with sudo available). Idempotent: skips apt when everything is present.
+set -euo pipefail
+packages=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libcmocka-dev libopenblas-dev
+          libhwloc-dev zlib1g-dev dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
