@@ -119,6 +119,10 @@ mpr_err_t mpri_rref_user_error(mpr_rref_t *r);
 /* Pending children (G2): keep `parent` alive until CHILD_ACCEPT(fork). */
 void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent);
 mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork);
+/* Fork waits: a new user (reference taken over) waiting for the owner's ack
+ * of its FORK_REQUEST; `parent` gets CHILD_ACCEPT afterwards. */
+bool mpri_rref_add_fork_wait(mpr_rref_t *user, int parent);
+mpr_rref_t *mpri_rref_take_fork_wait(mpri_gid_t fork, int *parent);
 
 /* ---- rref_proto.c ---- */
 void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork);

@@ -58,16 +58,23 @@ static atomic_uint_fast64_t gid_counter;
 #define CHILD_BUCKETS 1024
 #define QUARANTINE 1024
 
-typedef struct child_ent {
+/* fork id -> handle (+ a rank): pending children (a parent waiting for
+ * CHILD_ACCEPT) and fork waits (a new user waiting for its fork's ack). */
+typedef struct fork_ent {
     mpri_gid_t fork;
-    mpr_rref_t *parent;
-    struct child_ent *next;
-} child_ent_t;
+    mpr_rref_t *handle;
+    int rank;
+    struct fork_ent *next;
+} fork_ent_t;
+
+typedef struct {
+    fork_ent_t *b[CHILD_BUCKETS];
+} fork_table_t;
 
 static struct {
     mpri_owner_t *owners[OWNER_BUCKETS];
     long owners_in_table;
-    child_ent_t *children[CHILD_BUCKETS];
+    fork_table_t children, waits;
     mpr_rref_t users; /* sentinel of the live-user list */
     mpr_rref_t *quarantine[QUARANTINE];
     size_t quarantine_next;
@@ -426,38 +433,67 @@ mpr_err_t mpri_rref_user_error(mpr_rref_t *r) {
     return mpr_error_set(code, "%s", text);
 }
 
-/* ---- pending children (G2) ---- */
+/* ---- pending children (G2) and fork waits ---- */
 
-void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent) {
-    child_ent_t *c = malloc(sizeof *c);
-    if (!c) { /* cannot record: keep the parent alive for good rather than break G2 */
-        fprintf(stderr, "mpirpc: out of memory recording an RRef child; the parent is kept\n");
-        return;
-    }
+static bool fork_table_add(fork_table_t *t, mpri_gid_t fork, mpr_rref_t *handle, int rank) {
+    fork_ent_t *c = malloc(sizeof *c);
+    if (!c) return false;
     c->fork = fork;
-    c->parent = parent;
+    c->handle = handle;
+    c->rank = rank;
+    fork_ent_t **b = &t->b[mpri_gid_hash(fork) % CHILD_BUCKETS];
     pthread_mutex_lock(&CTX.lock);
-    child_ent_t **b = &st.children[mpri_gid_hash(fork) % CHILD_BUCKETS];
     c->next = *b;
     *b = c;
-    CTX.pending_children++;
+    if (t == &st.children) CTX.pending_children++;
     pthread_mutex_unlock(&CTX.lock);
+    return true;
 }
 
-mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork) {
-    mpr_rref_t *parent = NULL;
+static mpr_rref_t *fork_table_take(fork_table_t *t, mpri_gid_t fork, int *rank) {
+    mpr_rref_t *h = NULL;
     pthread_mutex_lock(&CTX.lock);
-    for (child_ent_t **l = &st.children[mpri_gid_hash(fork) % CHILD_BUCKETS]; *l; l = &(*l)->next) {
+    for (fork_ent_t **l = &t->b[mpri_gid_hash(fork) % CHILD_BUCKETS]; *l; l = &(*l)->next) {
         if (!mpri_gid_eq((*l)->fork, fork)) continue;
-        child_ent_t *c = *l;
+        fork_ent_t *c = *l;
         *l = c->next;
-        parent = c->parent;
+        h = c->handle;
+        if (rank) *rank = c->rank;
         free(c);
-        CTX.pending_children--;
+        if (t == &st.children) CTX.pending_children--;
         break;
     }
     pthread_mutex_unlock(&CTX.lock);
-    return parent; /* NULL: a repeated accept (idempotent) */
+    return h; /* NULL: a repeated message (idempotent) */
+}
+
+/* Unlink every entry (under the lock) into a list. */
+static fork_ent_t *fork_table_drain_locked(fork_table_t *t) {
+    fork_ent_t *all = NULL;
+    for (int b = 0; b < CHILD_BUCKETS; b++)
+        while (t->b[b]) {
+            fork_ent_t *c = t->b[b];
+            t->b[b] = c->next;
+            c->next = all;
+            all = c;
+            if (t == &st.children) CTX.pending_children--;
+        }
+    return all;
+}
+
+void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent) {
+    if (!fork_table_add(&st.children, fork, parent, -1)) /* keep the parent for good rather than break G2 */
+        fprintf(stderr, "mpirpc: out of memory recording an RRef child; the parent is kept\n");
+}
+
+mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork) { return fork_table_take(&st.children, fork, NULL); }
+
+bool mpri_rref_add_fork_wait(mpr_rref_t *user, int parent) {
+    return fork_table_add(&st.waits, user->fork, user, parent);
+}
+
+mpr_rref_t *mpri_rref_take_fork_wait(mpri_gid_t fork, int *parent) {
+    return fork_table_take(&st.waits, fork, parent);
 }
 
 /* ---- debug info, shutdown ---- */
@@ -528,7 +564,6 @@ static void rref_before_graceful(void) {
 static void rref_after_stop(void) {
     const char *me = mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "?";
     mpri_owner_t *drop = NULL;
-    child_ent_t *children = NULL;
     pthread_mutex_lock(&CTX.lock);
     for (int b = 0; b < OWNER_BUCKETS; b++) {
         while (st.owners[b]) {
@@ -556,18 +591,12 @@ static void rref_after_stop(void) {
             r->deleted = true;
             CTX.users_live--;
         }
-    for (int b = 0; b < CHILD_BUCKETS; b++)
-        while (st.children[b]) {
-            child_ent_t *c = st.children[b];
-            st.children[b] = c->next;
-            if (st.graceful)
-                fprintf(stderr, "mpirpc: %s: RRef leak: child fork (%u:%llu) of RRef(%u:%llu) never accepted\n",
-                        me, c->fork.rank, (unsigned long long)c->fork.seq, c->parent->id.rank,
-                        (unsigned long long)c->parent->id.seq);
-            c->next = children;
-            children = c;
-            CTX.pending_children--;
-        }
+    fork_ent_t *children = fork_table_drain_locked(&st.children);
+    for (fork_ent_t *c = children; c && st.graceful; c = c->next)
+        fprintf(stderr, "mpirpc: %s: RRef leak: child fork (%u:%llu) of RRef(%u:%llu) never accepted\n", me,
+                c->fork.rank, (unsigned long long)c->fork.seq, c->handle->id.rank,
+                (unsigned long long)c->handle->id.seq);
+    fork_ent_t *waits = fork_table_drain_locked(&st.waits);
     if (st.graceful && CTX.pending_users)
         fprintf(stderr, "mpirpc: %s: RRef leak: %ld user(s) never confirmed\n", me, CTX.pending_users);
     st.graceful = false;
@@ -579,10 +608,17 @@ static void rref_after_stop(void) {
         mpri_owner_release(o);
     }
     while (children) {
-        child_ent_t *c = children;
+        fork_ent_t *c = children;
         children = c->next;
-        mpr_rref_release(c->parent);
+        mpr_rref_release(c->handle);
         free(c);
+    }
+    while (waits) { /* their fork acks will never come */
+        fork_ent_t *w = waits;
+        waits = w->next;
+        mpri_rref_user_fail(w->handle, MPR_ERR_SHUTDOWN, "the runtime stopped before the owner confirmed this RRef");
+        mpr_rref_release(w->handle);
+        free(w);
     }
 }
 

@@ -5,8 +5,10 @@
  *                (fork id == rref id: remote on self, no fork)   pool handler
  *   REMOTE_RET   reply: none (or an error reply)
  *   RREF_FETCH   gid rref id; reply RREF_FETCH_RET: the value     inline handler
- *   RREF_FORK_REQUEST  gid rref id, gid fork id; reply RREF_ACK   inline handler
- *   RREF_USER_DELETE   gid rref id, gid fork id; reply RREF_ACK   inline handler
+ *   RREF_FORK_REQUEST  gid rref id, gid fork id; one-way          inline handler
+ *   RREF_USER_DELETE   gid rref id, gid fork id; one-way          inline handler
+ *   RREF_ACK           u8 what (0 delete, 1 fork), gid fork id: the owner's
+ *                      one-way answer to either                   inline handler
  *   RREF_CHILD_ACCEPT  gid fork id; one-way                       inline handler
  *   RRef value   gid rref id, i32 owner rank, gid fork id (the parent is the sender)
  *
@@ -17,7 +19,8 @@
  * owner sent it to itself, the fork is dropped again); on a user whose parent
  * is the owner, the user is confirmed at once; otherwise the new user is
  * pending, asks the owner with FORK_REQUEST, and on the ack is confirmed and
- * sends CHILD_ACCEPT to its parent.
+ * sends CHILD_ACCEPT to its parent. Every control message is answered or
+ * consumed inline: none of them ever waits for, or occupies, a pool thread.
  *
  * Invariants: the control handlers (fetch, fork request, user delete, child
  * accept) run on the progress thread and never block: a fetch of a value not
@@ -44,70 +47,59 @@ static bool runtime_alive(void) {
     return s == MPRI_RUNNING || s == MPRI_STOPPING;
 }
 
-/* ---- control messages out ---- */
+/* ---- control messages out ----
+ * USER_DELETE and FORK_REQUEST are one-way; the owner answers each with a
+ * one-way RREF_ACK handled inline, so no future, pending-request entry or
+ * pool task is spent on them. Graceful shutdown waits for the acks. */
 
-static void delete_acked(mpr_future_t *f, void *arg) {
-    if (mpr_future_error(f) != MPR_OK && mpr_future_error(f) != MPR_ERR_SHUTDOWN)
-        fprintf(stderr, "mpirpc: %s: RRef user delete failed: %s\n", self_name(), mpr_future_error_message(f));
-    atomic_fetch_sub(&CTX.pending_futures, 1);
-    mpr_future_release(f);
+static mpr_err_t send_control(int dst, int kind, mpri_gid_t id, mpri_gid_t fork) {
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, kind);
+    mpri_gid_put(&m.body, id);
+    mpri_gid_put(&m.body, fork);
+    return mpri_send(dst, &m);
 }
 
 void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork) {
     if (!runtime_alive()) return;
-    mpri_outmsg_t m;
-    mpri_outmsg_init(&m, MPRI_MSG_RREF_USER_DELETE);
-    mpri_gid_put(&m.body, id);
-    mpri_gid_put(&m.body, fork);
     atomic_fetch_add(&CTX.pending_futures, 1);
-    mpr_future_t *f = mpri_request(owner_rank, &m, 0, "rref user delete");
-    if (!f || mpri_future_on_complete(f, delete_acked, NULL) != MPR_OK) {
+    if (send_control(owner_rank, MPRI_MSG_RREF_USER_DELETE, id, fork) != MPR_OK) {
         atomic_fetch_sub(&CTX.pending_futures, 1);
-        mpr_future_release(f);
+        fprintf(stderr, "mpirpc: %s: RRef user delete to rank %d failed: %s\n", self_name(), owner_rank,
+                mpr_last_error());
     }
 }
 
-typedef struct {
-    mpr_rref_t *user;
-    int parent;
-} fork_req_t;
-
-static void fork_acked(mpr_future_t *f, void *arg) {
-    fork_req_t *q = arg;
-    if (mpr_future_error(f) == MPR_OK)
-        mpri_rref_user_confirm(q->user);
-    else
-        mpri_rref_user_fail(q->user, mpr_future_error(f), mpr_future_error_message(f));
-    mpri_rref_send_child_accept(q->parent, q->user->fork);
-    atomic_fetch_sub(&CTX.pending_futures, 1);
-    mpr_rref_release(q->user);
-    mpr_future_release(f);
-    free(q);
-}
-
 void mpri_rref_send_fork_request(mpr_rref_t *user, int parent) {
-    fork_req_t *q = runtime_alive() ? malloc(sizeof *q) : NULL;
-    if (!q) {
+    if (!runtime_alive() || !mpri_rref_add_fork_wait(mpr_rref_retain(user), parent)) {
+        if (runtime_alive()) mpr_rref_release(user);
         mpri_rref_user_fail(user, runtime_alive() ? MPR_ERR_NOMEM : MPR_ERR_SHUTDOWN,
                             "RRef fork request: cannot be sent");
         mpri_rref_send_child_accept(parent, user->fork);
         return;
     }
-    q->user = mpr_rref_retain(user);
-    q->parent = parent;
-    mpri_outmsg_t m;
-    mpri_outmsg_init(&m, MPRI_MSG_RREF_FORK_REQUEST);
-    mpri_gid_put(&m.body, user->id);
-    mpri_gid_put(&m.body, user->fork);
     atomic_fetch_add(&CTX.pending_futures, 1);
-    mpr_future_t *f = mpri_request(user->owner_rank, &m, 0, "rref fork request");
-    if (!f || mpri_future_on_complete(f, fork_acked, q) != MPR_OK) {
-        /* out of memory: the user cannot be confirmed (the future, if any, is left to complete alone) */
-        mpri_rref_user_fail(user, MPR_ERR_NOMEM, "RRef fork request: out of memory");
-        atomic_fetch_sub(&CTX.pending_futures, 1);
-        mpr_rref_release(q->user);
-        free(q);
+    if (send_control(user->owner_rank, MPRI_MSG_RREF_FORK_REQUEST, user->id, user->fork) != MPR_OK) {
+        char text[1200];
+        snprintf(text, sizeof text, "RRef fork request to %s failed: %s", user->owner_name, mpr_last_error());
+        mpr_rref_t *w = mpri_rref_take_fork_wait(user->fork, NULL);
+        if (w) {
+            mpri_rref_user_fail(w, MPR_ERR_MPI, text);
+            mpri_rref_send_child_accept(parent, w->fork);
+            atomic_fetch_sub(&CTX.pending_futures, 1);
+            mpr_rref_release(w);
+        }
     }
+}
+
+enum { ACK_DELETE = 0, ACK_FORK = 1 };
+
+static void send_ack(int dst, uint8_t what, mpri_gid_t fork) {
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_RREF_ACK);
+    mpri_buf_put_u8(&m.body, what);
+    mpri_gid_put(&m.body, fork);
+    mpri_send(dst, &m);
 }
 
 void mpri_rref_send_child_accept(int parent, mpri_gid_t fork) {
@@ -289,9 +281,10 @@ static void handle_fork_request(mpri_msg_t *msg) {
     if (o) {
         mpri_owner_add_fork(o, fork);
         mpri_owner_release(o);
-        mpri_reply_value(msg, MPRI_MSG_RREF_ACK, NULL);
+        send_ack(msg->src, ACK_FORK, fork);
     } else {
-        mpri_reply_error(msg, MPR_ERR_NOMEM, "fork request: out of memory");
+        fprintf(stderr, "mpirpc: %s: out of memory recording fork (%u:%llu); not acknowledged\n", self_name(),
+                fork.rank, (unsigned long long)fork.seq);
     }
     mpri_msg_done(msg);
 }
@@ -302,7 +295,29 @@ static void handle_user_delete(mpri_msg_t *msg) {
     mpri_gid_t id, fork;
     if (mpri_gid_read(&r, &id) || mpri_gid_read(&r, &fork)) return reply_decode_error(msg, "user delete");
     mpri_owner_del_fork(id, fork);
-    mpri_reply_value(msg, MPRI_MSG_RREF_ACK, NULL);
+    send_ack(msg->src, ACK_DELETE, fork);
+    mpri_msg_done(msg);
+}
+
+static void handle_ack(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    uint8_t what;
+    mpri_gid_t fork;
+    if (mpri_read_u8(&r, &what) || mpri_gid_read(&r, &fork) || what > ACK_FORK)
+        return reply_decode_error(msg, "rref ack");
+    if (what == ACK_DELETE) {
+        atomic_fetch_sub(&CTX.pending_futures, 1);
+    } else {
+        int parent = -1;
+        mpr_rref_t *u = mpri_rref_take_fork_wait(fork, &parent);
+        if (u) { /* else a repeated ack (idempotent) */
+            mpri_rref_user_confirm(u);
+            mpri_rref_send_child_accept(parent, fork);
+            atomic_fetch_sub(&CTX.pending_futures, 1);
+            mpr_rref_release(u);
+        }
+    }
     mpri_msg_done(msg);
 }
 
@@ -460,4 +475,5 @@ __attribute__((constructor)) static void install_rref_proto(void) {
     mpri_set_handler(MPRI_MSG_RREF_FORK_REQUEST, handle_fork_request, true);
     mpri_set_handler(MPRI_MSG_RREF_USER_DELETE, handle_user_delete, true);
     mpri_set_handler(MPRI_MSG_RREF_CHILD_ACCEPT, handle_child_accept, true);
+    mpri_set_handler(MPRI_MSG_RREF_ACK, handle_ack, true);
 }
