@@ -4,9 +4,9 @@
  *
  * Forward is composed from differentiable ops, so backward (through time and
  * layers) is the autograd engine's: per layer, one GEMM projects the whole
- * input sequence ([T*B, in] @ W_ih^T + b_ih), then each step adds
- * h @ W_hh^T + b_hh, splits the [B, 4H] gates into four views and applies
- * the cell. Everything runs inside a private scope; only the requested
+ * input sequence ([T*B, in] @ W_ih^T + b_ih + b_hh), then each step adds
+ * h @ W_hh^T and applies the fused cell op (mpr_lstm_cell: gates -> h, c in
+ * one node). Everything runs inside a private scope; only the requested
  * results (output, h_n, c_n) escape it.
  *
  * Invariants: icfg = {input_size, hidden_size, num_layers}, dcfg[0] = dropout
@@ -90,23 +90,16 @@ static mpr_tensor_t *run_layer(mpr_module_t *m, int l, mpr_tensor_t *xs, mpr_ten
     mpr_tensor_t *w_ih = mpri_module_param(m, l * per), *w_hh = mpri_module_param(m, l * per + 1);
     mpr_tensor_t *b_ih = m->bcfg[0] ? mpri_module_param(m, l * per + 2) : NULL;
     mpr_tensor_t *b_hh = m->bcfg[0] ? mpri_module_param(m, l * per + 3) : NULL;
-    int64_t T = xs->shape[0], B = xs->shape[1], H = m->icfg[1];
-    /* input projection of every step at once: [T*B, in] -> [T, B, 4H] */
-    mpr_tensor_t *xw = mpr_reshape(
-        mpr_linear(mpr_reshape(xs, 2, (int64_t[]){T * B, xs->shape[2]}), w_ih, b_ih), 3,
-        (int64_t[]){T, B, 4 * H});
+    int64_t T = xs->shape[0], H = m->icfg[1];
+    /* input projection of every step at once, both biases folded in:
+     * [T*B, in] -> [T, B, 4H] */
+    mpr_tensor_t *xw = mpr_linear(mpr_reshape(xs, 2, (int64_t[]){-1, xs->shape[2]}), w_ih, b_ih);
+    if (b_hh) xw = mpr_add(xw, b_hh);
+    xw = mpr_reshape(xw, 3, (int64_t[]){T, -1, 4 * H});
     if (!xw) return NULL;
     for (int64_t t = 0; t < T; t++) {
-        mpr_tensor_t *gates = mpr_add(mpr_select(xw, 0, t), mpr_linear(*h, w_hh, b_hh));
-        if (!gates) return NULL;
-        mpr_tensor_t *g4[4];
-        int ng;
-        if (mpr_chunk(gates, 4, 1, g4, &ng) != MPR_OK) return NULL;
-        mpr_tensor_t *i = mpr_sigmoid(g4[0]), *f = mpr_sigmoid(g4[1]), *g = mpr_tanh(g4[2]),
-                     *o = mpr_sigmoid(g4[3]);
-        *c = mpr_add(mpr_mul(f, *c), mpr_mul(i, g));
-        *h = mpr_mul(o, mpr_tanh(*c));
-        if (!*h) return NULL;
+        mpr_tensor_t *gates = mpr_add(mpr_select(xw, 0, t), mpr_linear(*h, w_hh, NULL));
+        if (mpr_lstm_cell(gates, *c, h, c) != MPR_OK) return NULL;
         hs[t] = *h;
     }
     return mpr_stack(hs, (int)T, 0);

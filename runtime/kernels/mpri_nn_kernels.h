@@ -1,5 +1,6 @@
 /* mpri_nn_kernels.h — CPU kernels behind the nn ops (softmax family, losses,
- * index/gather/embedding, concatenation, im2col convolution, max pooling).
+ * index/gather/embedding, concatenation, im2col convolution, max pooling,
+ * the fused LSTM cell).
  *
  * Every kernel is a pure function on raw, contiguous, row-major buffers; the
  * autograd layer (autograd/ops_*.c) checks shapes and dtypes, makes inputs
@@ -74,7 +75,15 @@
                                  int64_t oh, int64_t ow, T *y, int64_t *arg);                   \
     /* gy, arg: [N, C, oh, ow]; gx: [N, C, H, W] (accumulates). */                              \
     void mpri_max_pool2d_bwd_##S(const T *gy, const int64_t *arg, int64_t NC, int64_t H,        \
-                                 int64_t W, int64_t oh, int64_t ow, T *gx);
+                                 int64_t W, int64_t oh, int64_t ow, T *gx);                     \
+    /* LSTM cell. gates: [B, 4H] pre-activations (i, f, g, o); c_prev: [B, H]; act: [B, 4H]     \
+     * out (activated gates, saved for backward); h, c: [B, H] out. */                          \
+    void mpri_lstm_cell_fwd_##S(const T *gates, const T *c_prev, int64_t B, int64_t H, T *act,  \
+                                T *h, T *c);                                                    \
+    /* act: [B, 4H]; c_prev, c, gh, gc: [B, H] (gh, gc: gradients of h and c); ggates: [B, 4H]  \
+     * out; gc_prev: [B, H] out or NULL. */                                                     \
+    void mpri_lstm_cell_bwd_##S(const T *act, const T *c_prev, const T *c, const T *gh,         \
+                                const T *gc, int64_t B, int64_t H, T *ggates, T *gc_prev);
 
 MPRI_NN_KERNEL_DECLS(float, f32)
 MPRI_NN_KERNEL_DECLS(double, f64)

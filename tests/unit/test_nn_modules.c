@@ -264,11 +264,40 @@ static void test_lstm_grad(void **state) {
     mpr_generator_destroy(g);
 }
 
+static mpr_tensor_t *f_cell(mpr_tensor_t **in, void *ctx) {
+    mpr_tensor_t *h, *c;
+    if (mpr_lstm_cell(in[0], in[1], &h, &c) != MPR_OK) return NULL;
+    if (*(int *)ctx == 1) return h; /* c unused: its gradient is zero */
+    if (*(int *)ctx == 2) return c;
+    return mpr_cat((mpr_tensor_t *[]){h, c}, 2, 1);
+}
+
+static void test_lstm_cell(void **state) {
+    mpr_tensor_t *in[2] = {tu_randn(MPR_SHAPE(3, 8), 21, true), tu_randn(MPR_SHAPE(3, 2), 22, true)};
+    for (int mode = 0; mode < 3; mode++) TU_GRADCHECK("lstm_cell", f_cell, &mode, 2, in, 1e-8, 1e-6);
+    /* values: h = o * tanh(f * c + i * g) by hand for row 0, unit 1 */
+    mpr_tensor_t *h, *c;
+    mpr_scope_begin();
+    assert_int_equal(mpr_lstm_cell(in[0], in[1], &h, &c), MPR_OK);
+    const double *G = mpr_tensor_data(in[0]), *cp = mpr_tensor_data(in[1]);
+    double i = 1 / (1 + exp(-G[1])), f = 1 / (1 + exp(-G[3])), g = tanh(G[5]),
+           o = 1 / (1 + exp(-G[7]));
+    double cn = f * cp[1] + i * g;
+    assert_true(fabs(((double *)mpr_tensor_data(c))[1] - cn) < 1e-15);
+    assert_true(fabs(((double *)mpr_tensor_data(h))[1] - o * tanh(cn)) < 1e-15);
+    assert_int_equal(mpr_lstm_cell(in[1], in[1], &h, &c), MPR_ERR_SHAPE);
+    assert_non_null(strstr(mpr_last_error(), "gates [B, 4H] and c_prev [B, H], got [3, 2] and [3, 2]"));
+    assert_null(h);
+    mpr_scope_end();
+    mpr_tensor_release(in[0]);
+    mpr_tensor_release(in[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequential_names), cmocka_unit_test(test_init),
         cmocka_unit_test(test_train_eval_layers), cmocka_unit_test(test_lstm_values),
-        cmocka_unit_test(test_lstm_grad),
+        cmocka_unit_test(test_lstm_grad),        cmocka_unit_test(test_lstm_cell),
     };
     int64_t live = mpr_tensor_live_count();
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 /* mpirpc/nn_functional.h — the neural-network ops of torch.nn.functional, each
  * with backward: softmax/log_softmax, losses (nll, cross entropy, mse),
  * embedding, dropout, joining and splitting (cat, stack, split, chunk),
- * indexing (index_select, gather), 2-D convolution and max pooling.
+ * indexing (index_select, gather), 2-D convolution and max pooling, and a
+ * fused LSTM cell.
  *
  * Conventions are those of mpirpc/tensor_ops.h: every function returning
  * `mpr_tensor_t *` returns a new reference owned by the innermost open scope
@@ -90,6 +91,15 @@ mpr_tensor_t *mpr_conv2d(mpr_tensor_t *x, mpr_tensor_t *weight, mpr_tensor_t *bi
  * (first) maximum of each window. */
 mpr_tensor_t *mpr_max_pool2d(mpr_tensor_t *x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                              int64_t ph, int64_t pw);
+
+/* One fused LSTM step (PyTorch's gate order i, f, g, o). gates: [B, 4H]
+ * pre-activations (x W_ih^T + b_ih + h W_hh^T + b_hh); c_prev: [B, H].
+ *   i, f, o = sigmoid(...), g = tanh(...); c = f * c_prev + i * g;
+ *   h = o * tanh(c).
+ * *h_out and *c_out (both required) receive [B, H] tensors owned like op
+ * results; one graph node with two outputs. */
+mpr_err_t mpr_lstm_cell(mpr_tensor_t *gates, mpr_tensor_t *c_prev, mpr_tensor_t **h_out,
+                        mpr_tensor_t **c_out);
 
 #ifdef __cplusplus
 }
