@@ -3,6 +3,11 @@
  * Invariants: no allocation; same-dtype copies whose inner run is contiguous
  * on both sides use memcpy per row; conversions go through double (exact for
  * f32/i32/u8 and for i64 up to 2^53) and only run for to(dtype)/copy_. */
+
+/* Vectorize the inner loops at the default -O2 (whose "very cheap" cost model
+ * skips loops with an unknown trip count). */
+#pragma GCC optimize("O3")
+
 #include <string.h>
 
 #include "mpri_kernels.h"
