@@ -134,6 +134,10 @@ void mpri_rref_send_child_accept(int parent, mpri_gid_t fork);
 void mpri_rref_record_begin(void);
 mpr_future_t *mpri_rref_record_end(void);
 void mpri_rref_record_ready_future(mpr_future_t *f);
+/* Bracket an encode of a message's value: if it fails (ok false), the forks
+ * its RRefs recorded are undone, since the message will never be sent. */
+void mpri_rref_encode_begin(void);
+void mpri_rref_encode_end(bool ok);
 /* Drop a value, deferring it to the pool when called in the progress context
  * (destructors are user code and may block). */
 void mpri_value_release_deferred(mpr_value_t *v);

@@ -189,6 +189,52 @@ mpr_future_t *mpri_rref_record_end(void) {
     return done;
 }
 
+/* ---- encode journal: forks made by an encode that then fails are undone ---- */
+
+typedef struct {
+    mpr_rref_t *r;
+    mpri_gid_t fork;
+} journal_ent_t;
+
+static _Thread_local struct {
+    int depth;
+    journal_ent_t *items;
+    size_t n, cap;
+} jr;
+
+void mpri_rref_encode_begin(void) {
+    if (jr.depth++ == 0) jr.n = 0;
+}
+
+void mpri_rref_encode_end(bool ok) {
+    if (--jr.depth > 0) return;
+    for (size_t i = 0; i < jr.n; i++) {
+        journal_ent_t *j = &jr.items[i];
+        if (!ok) { /* the message will never be sent: take the fork back */
+            if (j->r->is_owner)
+                mpri_owner_del_fork(j->r->id, j->fork);
+            else
+                mpr_rref_release(mpri_rref_take_pending_child(j->fork));
+        }
+        mpr_rref_release(j->r);
+    }
+    free(jr.items);
+    jr.items = NULL;
+    jr.n = jr.cap = 0;
+}
+
+static void journal_add(mpr_rref_t *r, mpri_gid_t fork) {
+    if (jr.depth == 0) return;
+    if (jr.n == jr.cap) {
+        size_t cap = jr.cap ? jr.cap * 2 : 4;
+        journal_ent_t *items = realloc(jr.items, cap * sizeof *items);
+        if (!items) return; /* best effort: a failed send would then leave this fork */
+        jr.items = items;
+        jr.cap = cap;
+    }
+    jr.items[jr.n++] = (journal_ent_t){mpr_rref_retain(r), fork};
+}
+
 /* ---- RRef value codec hooks ---- */
 
 static void rref_retain_hook(void *p) { mpr_rref_retain(p); }
@@ -220,6 +266,7 @@ static mpr_err_t rref_encode(void *p, mpri_buf_t *out, int dst_rank) {
     } else {
         mpri_rref_add_pending_child(fork, mpr_rref_retain(r)); /* G2: kept until CHILD_ACCEPT */
     }
+    journal_add(r, fork);
     mpri_gid_put(out, r->id);
     int32_t owner = r->owner_rank;
     mpri_buf_put(out, &owner, 4);

@@ -441,6 +441,32 @@ static void test_use_after_release(void) {
     wait_owner_state(0, 0, 0);
 }
 
+/* A message whose encoding fails after an RRef was forked into it is never
+ * sent: the fork is taken back (else the owner would keep the value, or the
+ * parent would wait for a child accept forever). */
+static void test_failed_send_undoes_fork(void) {
+    if (rank != 0) return;
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(3)), *v = NULL;
+    mpr_rref_t *u = mpr_remote(mpr_to_rank(B()), "make_tracked", args, MPR_TIMEOUT_DEFAULT);
+    mpr_value_release(args);
+    wait_confirmed(u);
+    mpr_value_t *obj = new_tracked(4);
+    mpr_rref_t *l = mpr_rref_create_local(obj);
+    args = mpr_value_list_of(3, mpr_value_new_rref(u), mpr_value_new_rref(l), mpr_value_retain(obj));
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(B()), "echo", args, 10, &v), MPR_ERR_UNSUPPORTED);
+    CHECK(mpr_remote(mpr_to_rank(C()), "echo", args, 10) == NULL);
+    CHECK(mpr_last_error_code() == MPR_ERR_UNSUPPORTED);
+    mpr_value_release(args);
+    mpr_value_release(obj);
+    mpr_debug_info_t d;
+    CHECK_OK(mpr_get_debug_info(&d));
+    CHECK(d.rref_pending_children == 0);
+    mpr_rref_release(l);
+    mpr_rref_release(u);
+    wait_owner_state(0, 0, 0);
+    wait_owner_state(B(), 0, 0);
+}
+
 int main(int argc, char **argv) {
     register_common();
     CHECK_OK(mpr_register_function("pass_chain", fn_pass_chain, NULL));
@@ -456,6 +482,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_failed_creation);
     RUN_TEST(test_timed_out_creation);
     RUN_TEST(test_use_after_release);
+    RUN_TEST(test_failed_send_undoes_fork);
 
     /* Graceful shutdown deletes the users the application still holds. */
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(5)), *v = NULL;
