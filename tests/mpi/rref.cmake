@@ -6,3 +6,5 @@ set_tests_properties(test_rref_scenarios_np2 test_rref_scenarios_np3 test_rref_s
 mpirpc_mpi_test(test_rref_storm 4 test_rref_storm.c)
 add_test(NAME test_rref_storm_np2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIRPC_MPIEXEC_FLAGS} -n 2 $<TARGET_FILE:test_rref_storm>)
 set_tests_properties(test_rref_storm_np4 test_rref_storm_np2 PROPERTIES TIMEOUT 120)
+mpirpc_mpi_test(test_rref_leak_report 2 test_rref_leak_report.c)
+set_tests_properties(test_rref_leak_report_np2 PROPERTIES TIMEOUT 60)
