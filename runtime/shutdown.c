@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "mpri_event.h"
+#include "mpri_host_alloc.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 
@@ -108,6 +109,7 @@ mpr_err_t mpr_shutdown(bool graceful) {
     stop_local(finished);
     free(mpri_rt.workers);
     mpri_rt.workers = NULL;
+    mpri_host_cache_trim();
     if (mpri_rt.own_mpi && finished) {
         MPI_Finalize();
         mpri_rt.own_mpi = false;

@@ -7,6 +7,8 @@
  * the live-tensor counter is exact (tests use it to detect leaks). */
 #include "mpri_tensor.h"
 
+#include "mpri_host_alloc.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +36,7 @@ void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_met
 mpri_storage_t *mpri_storage_create(size_t nbytes) {
     mpri_storage_t *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    size_t alloc = (nbytes + 63) & ~(size_t)63;
-    s->data = aligned_alloc(64, alloc ? alloc : 64);
+    s->data = mpri_host_alloc(nbytes);
     if (!s->data) {
         free(s);
         return NULL;
@@ -58,7 +59,7 @@ void mpri_storage_release(mpri_storage_t *s) {
     if (s->free_data)
         s->free_data(s->data, s->device);
     else
-        free(s->data);
+        mpri_host_free(s->data, s->nbytes);
     free(s);
 }
 

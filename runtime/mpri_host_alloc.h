@@ -1,0 +1,21 @@
+/* mpri_host_alloc.h — CPU memory for tensor storages, with a small cache of
+ * large blocks (not installed).
+ *
+ * Fresh multi-megabyte allocations come from mmap and pay a page fault per
+ * 4 KiB on first touch; a receive of a 64 MiB tensor would spend as long
+ * faulting as copying. Freed blocks of at least 1 MiB are kept (up to 8
+ * blocks, 512 MiB in all, or MPIRPC_HOST_CACHE_MB) and handed out again for
+ * the same rounded size. */
+#ifndef MPRI_HOST_ALLOC_H
+#define MPRI_HOST_ALLOC_H
+
+#include <stddef.h>
+
+/* 64-byte aligned block of at least `nbytes`; NULL when out of memory. */
+void *mpri_host_alloc(size_t nbytes);
+/* Return a block from mpri_host_alloc(nbytes) (same `nbytes`). NULL is a no-op. */
+void mpri_host_free(void *p, size_t nbytes);
+/* Free every cached block (runtime shutdown, tests). */
+void mpri_host_cache_trim(void);
+
+#endif
