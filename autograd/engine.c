@@ -13,6 +13,7 @@
  *    recorded at forward time.
  * The task owns a reference to each entry's node, so the graph cannot die
  * under a running (or paused, for dist autograd) backward. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -224,8 +225,20 @@ static mpr_err_t accumulate(mpr_tensor_t **slot, mpr_tensor_t *g) {
     return MPR_OK;
 }
 
-/* Leaf .grad accumulation (PyTorch's AccumulateGrad). */
+/* Leaf .grad accumulation (PyTorch's AccumulateGrad). Backward passes on
+ * different threads may reach the same parameter: grad_lock serializes the
+ * read-modify-write of .grad (uncontended in the single-threaded case). */
+static pthread_mutex_t grad_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static mpr_err_t accumulate_leaf_locked(mpr_tensor_t *leaf, mpr_tensor_t *g);
 static mpr_err_t accumulate_leaf(mpr_tensor_t *leaf, mpr_tensor_t *g) {
+    pthread_mutex_lock(&grad_lock);
+    mpr_err_t rc = accumulate_leaf_locked(leaf, g);
+    pthread_mutex_unlock(&grad_lock);
+    return rc;
+}
+
+static mpr_err_t accumulate_leaf_locked(mpr_tensor_t *leaf, mpr_tensor_t *g) {
     struct mpri_autograd_meta *m = mpri_meta_get(leaf);
     if (!m) return MPR_ERR_NOMEM;
     const mpri_backend_t *B = mpri_backend_of("backward", 2, (mpr_tensor_t *[]){leaf, g});

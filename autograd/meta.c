@@ -7,7 +7,13 @@
  * leaf's meta holds it strongly too); when the leaf dies the hook clears that
  * pointer, so a graph that outlives a leaf drops its gradient instead of
  * touching freed memory. grad_fn is a strong reference; graphs therefore die
- * with their last output. */
+ * with their last output.
+ *
+ * Threads: several threads may record ops on the same leaf at once (a
+ * parameter server runs forward for many trainers on its pool), so the lazy
+ * creation of a meta and of a leaf accumulator is published under a mutex
+ * with release/acquire ordering; everything else in a meta is written by the
+ * thread that owns the tensor (or under the engine's gradient lock). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -27,13 +33,21 @@ static void meta_release_hook(struct mpri_autograd_meta *m) {
 
 static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
 static void install_hook(void) { mpri_tensor_set_autograd_release_hook(meta_release_hook); }
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct mpri_autograd_meta *mpri_meta_get(mpr_tensor_t *t) {
-    if (t->autograd) return t->autograd;
+    struct mpri_autograd_meta *m = __atomic_load_n(&t->autograd, __ATOMIC_ACQUIRE);
+    if (m) return m;
     pthread_once(&hook_once, install_hook);
-    t->autograd = calloc(1, sizeof *t->autograd);
-    if (!t->autograd) mpr_error_set(MPR_ERR_NOMEM, "autograd: out of memory for tensor meta");
-    return t->autograd;
+    pthread_mutex_lock(&create_lock);
+    m = t->autograd;
+    if (!m) {
+        m = calloc(1, sizeof *m);
+        if (m) __atomic_store_n(&t->autograd, m, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&create_lock);
+    if (!m) mpr_error_set(MPR_ERR_NOMEM, "autograd: out of memory for tensor meta");
+    return m;
 }
 
 bool mpr_requires_grad(const mpr_tensor_t *t) {
@@ -103,17 +117,23 @@ mpri_edge_t mpri_tensor_edge(mpr_tensor_t *t) {
     if (!m) return e;
     if (m->grad_fn) return (mpri_edge_t){m->grad_fn, m->output_nr};
     if (!m->requires_grad) return e;
-    if (!m->accumulator) {
-        m->accumulator = mpri_node_create(&mpri_accumulate_def, 0, 1);
-        if (!m->accumulator) return e;
-        m->accumulator->leaf = t;
-        mpri_tensor_meta_t *om = &m->accumulator->out_meta[0];
-        om->dtype = t->dtype;
-        om->device = t->storage->device;
-        om->ndim = t->ndim;
-        for (int i = 0; i < t->ndim; i++) om->shape[i] = t->shape[i];
+    mpri_node_t *acc = __atomic_load_n(&m->accumulator, __ATOMIC_ACQUIRE);
+    if (!acc) {
+        pthread_mutex_lock(&create_lock);
+        acc = m->accumulator;
+        if (!acc && (acc = mpri_node_create(&mpri_accumulate_def, 0, 1))) {
+            acc->leaf = t;
+            mpri_tensor_meta_t *om = &acc->out_meta[0];
+            om->dtype = t->dtype;
+            om->device = t->storage->device;
+            om->ndim = t->ndim;
+            for (int i = 0; i < t->ndim; i++) om->shape[i] = t->shape[i];
+            __atomic_store_n(&m->accumulator, acc, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&create_lock);
+        if (!acc) return e;
     }
-    return (mpri_edge_t){m->accumulator, 0};
+    return (mpri_edge_t){acc, 0};
 }
 
 mpr_err_t mpri_tensor_set_grad_fn(mpr_tensor_t *t, mpri_node_t *node, int output_nr) {

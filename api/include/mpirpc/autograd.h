@@ -19,9 +19,13 @@
  * gets no gradient computed unless it requires grad). No create_graph: the
  * backward pass itself is not recorded (no double backward).
  *
- * Thread model: grad mode is thread-local. A graph may be built on one thread
- * and run backward on another, but two backward passes must not run over the
- * same nodes at the same time.
+ * Thread model: grad mode is thread-local. Several threads may record ops on
+ * the same leaves and run backward passes at the same time (a parameter
+ * server serving many trainers): accumulation into a leaf's .grad is
+ * serialized. A graph may be built on one thread and run backward on
+ * another, but two backward passes must not run over the same non-leaf nodes
+ * at the same time, and .grad must not be read or reset while a backward that
+ * writes it is running.
  *
  * Ownership: mpr_tensor_grad() returns a BORROWED pointer owned by the leaf;
  * mpr_detach() returns a new tensor like any op in tensor_ops.h (owned by the
