@@ -1,0 +1,264 @@
+/* test_cuda.c — the CUDA backend: device queries and errors everywhere; when a
+ * GPU is visible, transfers (any strides and dtypes), the differentiable
+ * device copy, and every CUDA kernel against its CPU twin on random data.
+ *
+ * Without a GPU (or in a build without -DMPIRPC_CUDA=ON) the device tests are
+ * skipped with a message; the error-path test always runs. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mpirpc/cuda.h"
+#include "mpirpc/tensor_ops.h"
+#include "mpri_tensor.h"
+#ifdef MPIRPC_TEST_CUDA_KERNELS
+#include "kernels/cuda/mpri_cuda.h"
+#include "kernels/mpri_nn_kernels.h"
+#endif
+
+static bool have_gpu(void) {
+    if (mpr_cuda_device_count() > 0) return true;
+    print_message("skipping: %s\n", mpr_cuda_is_built() ? "no CUDA device visible"
+                                                         : "mpirpc built without CUDA (-DMPIRPC_CUDA=ON)");
+    return false;
+}
+
+/* Errors that hold on every machine. */
+static void test_device_errors(void **state) {
+    int64_t live = mpr_tensor_live_count();
+    int n = mpr_cuda_device_count();
+    assert_true(n >= 0);
+    if (!mpr_cuda_is_built()) assert_int_equal(n, 0);
+    mpr_tensor_t *t = mpr_ones(MPR_F32, MPR_SHAPE(2, 3));
+    /* device -1 is the identity for a CPU tensor */
+    mpr_tensor_t *same = mpr_to_device(t, -1);
+    assert_ptr_equal(same, t);
+    mpr_tensor_release(same);
+    assert_null(mpr_to_device(t, -2));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    assert_null(mpr_to_device(t, n)); /* one past the last device */
+    assert_int_equal(mpr_last_error_code(), mpr_cuda_is_built() ? MPR_ERR_INVALID_ARG : MPR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mpr_last_error(), "to_device"));
+    assert_null(mpr_tensor_empty_on(n, MPR_F32, MPR_SHAPE(4)));
+    assert_int_equal(mpr_cuda_synchronize(-1), MPR_OK);
+    assert_null(mpr_to_device(NULL, -1));
+    mpr_tensor_release(t);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
+static mpr_tensor_t *to_cpu(mpr_tensor_t *t) {
+    mpr_tensor_t *c = mpr_to_device(t, -1);
+    assert_non_null(c);
+    assert_int_equal(mpr_tensor_device(c), -1);
+    return c;
+}
+
+static void test_transfers(void **state) {
+    if (!have_gpu()) skip();
+    int64_t live = mpr_tensor_live_count();
+    mpr_generator_t *g = mpr_generator_create(3);
+    const mpr_dtype_t dts[] = {MPR_F32, MPR_F64, MPR_I64};
+    for (size_t k = 0; k < 3; k++) {
+        mpr_tensor_t *a = mpr_to_dtype(mpr_mul_scalar(mpr_rand(MPR_F64, MPR_SHAPE(5, 7), g), 100), dts[k]);
+        assert_non_null(a);
+        mpr_tensor_t *d = mpr_to_device(a, 0);
+        assert_non_null(d);
+        assert_int_equal(mpr_tensor_device(d), 0);
+        mpr_tensor_t *back = to_cpu(d);
+        assert_memory_equal(mpr_tensor_data(back), mpr_tensor_data(a), mpr_tensor_nbytes(a));
+        /* Strided sources: a transposed CPU view, and a transposed view on the device. */
+        mpr_tensor_t *at = mpr_transpose(a, 0, 1);
+        mpr_tensor_t *want = mpr_contiguous(at);
+        mpr_tensor_t *b1 = to_cpu(mpr_to_device(at, 0));
+        assert_memory_equal(mpr_tensor_data(b1), mpr_tensor_data(want), mpr_tensor_nbytes(want));
+        mpr_tensor_t *dt = mpri_tensor_view(d->storage, d->dtype, 2, (const int64_t[]){7, 5},
+                                            (const int64_t[]){1, 7}, 0);
+        mpr_tensor_t *b2 = to_cpu(dt);
+        assert_memory_equal(mpr_tensor_data(b2), mpr_tensor_data(want), mpr_tensor_nbytes(want));
+        mpr_tensor_release(dt);
+        mpr_tensor_release(a);
+        mpr_tensor_release(d);
+        mpr_tensor_release(back);
+        mpr_tensor_release(at);
+        mpr_tensor_release(want);
+        mpr_tensor_release(b1);
+        mpr_tensor_release(b2);
+    }
+    /* The gradient of a device copy comes back to the CPU leaf. */
+    mpr_tensor_t *x = mpr_rand(MPR_F32, MPR_SHAPE(3, 4), g);
+    assert_int_equal(mpr_set_requires_grad(x, true), MPR_OK);
+    mpr_scope_begin();
+    mpr_tensor_t *xd = mpr_to_device(x, 0);
+    assert_string_equal(mpr_grad_fn_name(xd), "to_device");
+    mpr_tensor_t *gd = mpr_to_device(mpr_full(MPR_F32, MPR_SHAPE(3, 4), 2.5), 0);
+    assert_int_equal(mpr_backward(xd, gd, false), MPR_OK);
+    mpr_scope_end();
+    mpr_tensor_t *gx = mpr_tensor_grad(x);
+    assert_non_null(gx);
+    assert_int_equal(mpr_tensor_device(gx), -1);
+    for (int i = 0; i < 12; i++) assert_true(((float *)mpr_tensor_data(gx))[i] == 2.5f);
+    mpr_tensor_release(x);
+    mpr_generator_destroy(g);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
+#ifdef MPIRPC_TEST_CUDA_KERNELS
+/* ---- kernel-by-kernel comparison with the CPU kernels ---- */
+
+static mpr_tensor_t *dev(mpr_tensor_t *cpu) { return mpr_to_device(cpu, 0); }
+
+static void expect_close(const char *what, mpr_tensor_t *gpu, mpr_tensor_t *cpu, double tol) {
+    mpr_tensor_t *c = to_cpu(gpu);
+    if (!mpr_allclose(c, cpu, tol, tol)) fail_msg("%s: GPU result differs from the CPU kernel", what);
+}
+
+static void test_kernels(void **state) {
+    if (!have_gpu()) skip();
+    int64_t live = mpr_tensor_live_count();
+    mpr_generator_t *g = mpr_generator_create(9);
+    mpr_scope_begin();
+    const int64_t n = 1000;
+    mpr_tensor_t *x = mpr_uniform(MPR_F32, MPR_SHAPE(n), 0.1, 2.0, g);
+    mpr_tensor_t *gy = mpr_uniform(MPR_F32, MPR_SHAPE(n), -1, 1, g);
+    mpr_tensor_t *xd = dev(x), *gyd = dev(gy);
+    for (int op = 0; op < MPRI_UN_COUNT; op++) {
+        double p0 = op == MPRI_UN_CLAMP ? 0.5 : 1.7, p1 = 1.5;
+        mpr_tensor_t *yc = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 1, (const int64_t[]){n}));
+        mpr_tensor_t *yg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 1, (const int64_t[]){n}));
+        mpri_k_unary((mpri_unop_t)op, MPR_F32, n, mpr_tensor_data(yc), mpr_tensor_data(x), p0, p1);
+        assert_int_equal(mpri_cuda_k_unary(0, (mpri_unop_t)op, MPR_F32, n, mpr_tensor_data(yg), mpr_tensor_data(xd),
+                                           p0, p1), MPR_OK);
+        expect_close("unary", yg, yc, 1e-5);
+        mpr_tensor_t *gc = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 1, (const int64_t[]){n}));
+        mpr_tensor_t *gg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 1, (const int64_t[]){n}));
+        mpri_k_unary_backward((mpri_unop_t)op, MPR_F32, n, mpr_tensor_data(gc), mpr_tensor_data(gy),
+                              mpr_tensor_data(x), mpr_tensor_data(yc), p0, p1);
+        assert_int_equal(mpri_cuda_k_unary_backward(0, (mpri_unop_t)op, MPR_F32, n, mpr_tensor_data(gg),
+                                                    mpr_tensor_data(gyd), mpr_tensor_data(xd), mpr_tensor_data(yg),
+                                                    p0, p1), MPR_OK);
+        expect_close("unary backward", gg, gc, 1e-5);
+    }
+    /* Broadcasting binary ops: [4, 5] (op) [5] via stride 0. */
+    mpr_tensor_t *a = mpr_uniform(MPR_F64, MPR_SHAPE(4, 5), 0.5, 2, g), *b = mpr_uniform(MPR_F64, MPR_SHAPE(5), 0.5, 2, g);
+    mpr_tensor_t *ad = dev(a), *bd = dev(b);
+    const int64_t shp[2] = {4, 5}, so[2] = {5, 1}, sb[2] = {0, 1};
+    for (int op = 0; op < 4; op++) {
+        mpr_tensor_t *oc = mpr_scope_adopt(mpr_tensor_empty(MPR_F64, 2, shp));
+        mpr_tensor_t *og = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F64, 2, shp));
+        mpri_k_binary((mpri_binop_t)op, MPR_F64, 2, shp, mpr_tensor_data(oc), so, mpr_tensor_data(a), so,
+                      mpr_tensor_data(b), sb, 0.5);
+        assert_int_equal(mpri_cuda_k_binary(0, (mpri_binop_t)op, MPR_F64, 2, shp, mpr_tensor_data(og), so,
+                                            mpr_tensor_data(ad), so, mpr_tensor_data(bd), sb, 0.5), MPR_OK);
+        expect_close("binary", og, oc, 1e-12);
+    }
+    /* sum_into over dim 0 ([4, 5] -> [5]); fill; strided copy with conversion. */
+    mpr_tensor_t *sc = mpr_scope_adopt(mpr_tensor_empty(MPR_F64, 1, (const int64_t[]){5}));
+    mpr_tensor_t *sg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F64, 1, (const int64_t[]){5}));
+    const int64_t s1[1] = {1};
+    mpri_k_fill(MPR_F64, 1, (const int64_t[]){5}, mpr_tensor_data(sc), s1, 1.0);
+    assert_int_equal(mpri_cuda_k_fill(0, MPR_F64, 1, (const int64_t[]){5}, mpr_tensor_data(sg), s1, 1.0), MPR_OK);
+    mpri_k_sum_into(MPR_F64, 2, shp, mpr_tensor_data(sc), sb, mpr_tensor_data(a), so);
+    assert_int_equal(mpri_cuda_k_sum_into(0, MPR_F64, 2, shp, mpr_tensor_data(sg), sb, mpr_tensor_data(ad), so), MPR_OK);
+    expect_close("fill + sum_into", sg, sc, 1e-12);
+    const int64_t tshape[2] = {5, 4}, tst[2] = {1, 5}, cst[2] = {4, 1};
+    mpr_tensor_t *cc = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 2, tshape));
+    mpr_tensor_t *cg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 2, tshape));
+    mpri_k_copy(2, tshape, MPR_F32, mpr_tensor_data(cc), cst, MPR_F64, mpr_tensor_data(a), tst);
+    assert_int_equal(mpri_cuda_k_copy(0, 2, tshape, MPR_F32, mpr_tensor_data(cg), cst, MPR_F64, mpr_tensor_data(ad), tst),
+                     MPR_OK);
+    expect_close("strided converting copy", cg, cc, 0);
+    /* GEMM, all four transpose combinations, with beta. */
+    for (int tr = 0; tr < 4; tr++) {
+        bool ta = tr & 1, tb = tr & 2;
+        const int64_t M = 33, N = 17, K = 29;
+        mpr_tensor_t *A = ta ? mpr_rand(MPR_F32, MPR_SHAPE(K, M), g) : mpr_rand(MPR_F32, MPR_SHAPE(M, K), g);
+        mpr_tensor_t *B = tb ? mpr_rand(MPR_F32, MPR_SHAPE(N, K), g) : mpr_rand(MPR_F32, MPR_SHAPE(K, N), g);
+        mpr_tensor_t *C = mpr_rand(MPR_F32, MPR_SHAPE(M, N), g);
+        mpr_tensor_t *Ad = dev(A), *Bd = dev(B), *Cd = dev(mpr_clone(C));
+        mpri_k_gemm(MPR_F32, ta, tb, M, N, K, 0.5, mpr_tensor_data(A), ta ? M : K, mpr_tensor_data(B), tb ? K : N, 2.0,
+                    mpr_tensor_data(C), N);
+        assert_int_equal(mpri_cuda_k_gemm(0, MPR_F32, ta, tb, M, N, K, 0.5, mpr_tensor_data(Ad), ta ? M : K,
+                                          mpr_tensor_data(Bd), tb ? K : N, 2.0, mpr_tensor_data(Cd), N), MPR_OK);
+        expect_close("gemm", Cd, C, 1e-4);
+    }
+    /* Softmax / log_softmax over the middle dim of [3, 6, 2]. */
+    mpr_tensor_t *s = mpr_uniform(MPR_F32, MPR_SHAPE(3, 6, 2), -3, 3, g), *sgy = mpr_rand(MPR_F32, MPR_SHAPE(3, 6, 2), g);
+    mpr_tensor_t *sd = dev(s), *sgyd = dev(sgy);
+    for (int is_log = 0; is_log < 2; is_log++) {
+        mpr_tensor_t *yc = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 3, (const int64_t[]){3, 6, 2}));
+        mpr_tensor_t *yg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 3, (const int64_t[]){3, 6, 2}));
+        mpri_softmax_fwd_f32(mpr_tensor_data(s), mpr_tensor_data(yc), 3, 6, 2, is_log);
+        assert_int_equal(mpri_cuda_softmax_fwd(0, MPR_F32, mpr_tensor_data(sd), mpr_tensor_data(yg), 3, 6, 2, is_log),
+                         MPR_OK);
+        expect_close("softmax", yg, yc, 1e-5);
+        mpr_tensor_t *gc = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 3, (const int64_t[]){3, 6, 2}));
+        mpr_tensor_t *gg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 3, (const int64_t[]){3, 6, 2}));
+        mpri_softmax_bwd_f32(mpr_tensor_data(yc), mpr_tensor_data(sgy), mpr_tensor_data(gc), 3, 6, 2, is_log);
+        assert_int_equal(mpri_cuda_softmax_bwd(0, MPR_F32, mpr_tensor_data(yg), mpr_tensor_data(sgyd), mpr_tensor_data(gg),
+                                               3, 6, 2, is_log), MPR_OK);
+        expect_close("softmax backward", gg, gc, 1e-5);
+    }
+    /* Cross entropy and nll with an ignored row; mse. */
+    const int64_t N = 6, Cn = 5;
+    mpr_tensor_t *lg = mpr_uniform(MPR_F32, MPR_SHAPE(N, Cn), -2, 2, g);
+    int64_t tgt_h[6] = {0, 4, 2, -100, 1, 3};
+    mpr_tensor_t *tgt = mpr_from_buffer(MPR_I64, MPR_SHAPE(N), tgt_h);
+    mpr_tensor_t *lgd = dev(lg), *tgtd = dev(tgt);
+    mpr_tensor_t *lse_c = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 1, (const int64_t[]){N}));
+    mpr_tensor_t *lse_g = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 1, (const int64_t[]){N}));
+    int64_t cnt_c, cnt_g;
+    double lc = mpri_cross_entropy_fwd_f32(mpr_tensor_data(lg), tgt_h, N, Cn, -100, mpr_tensor_data(lse_c), &cnt_c);
+    double lgv;
+    assert_int_equal(mpri_cuda_cross_entropy_fwd(0, MPR_F32, mpr_tensor_data(lgd), mpr_tensor_data(tgtd), N, Cn, -100,
+                                                 mpr_tensor_data(lse_g), &lgv, &cnt_g), MPR_OK);
+    assert_int_equal(cnt_c, cnt_g);
+    assert_true(fabs(lc - lgv) < 1e-5);
+    mpr_tensor_t *gxc = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 2, (const int64_t[]){N, Cn}));
+    mpr_tensor_t *gxg = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 2, (const int64_t[]){N, Cn}));
+    mpri_cross_entropy_bwd_f32(mpr_tensor_data(lg), tgt_h, mpr_tensor_data(lse_c), N, Cn, -100, cnt_c, 1.5,
+                               mpr_tensor_data(gxc));
+    assert_int_equal(mpri_cuda_cross_entropy_bwd(0, MPR_F32, mpr_tensor_data(lgd), mpr_tensor_data(tgtd),
+                                                 mpr_tensor_data(lse_g), N, Cn, -100, cnt_g, 1.5, mpr_tensor_data(gxg)),
+                     MPR_OK);
+    expect_close("cross_entropy backward", gxg, gxc, 1e-5);
+    lc = mpri_nll_loss_fwd_f32(mpr_tensor_data(lg), tgt_h, N, Cn, -100, &cnt_c);
+    assert_int_equal(mpri_cuda_nll_loss_fwd(0, MPR_F32, mpr_tensor_data(lgd), mpr_tensor_data(tgtd), N, Cn, -100, &lgv,
+                                            &cnt_g), MPR_OK);
+    assert_true(fabs(lc - lgv) < 1e-5 && cnt_c == cnt_g);
+    mpri_nll_loss_bwd_f32(tgt_h, N, Cn, -100, cnt_c, 0.7, mpr_tensor_data(gxc));
+    assert_int_equal(mpri_cuda_nll_loss_bwd(0, MPR_F32, mpr_tensor_data(tgtd), N, Cn, -100, cnt_g, 0.7,
+                                            mpr_tensor_data(gxg)), MPR_OK);
+    expect_close("nll_loss backward", gxg, gxc, 1e-6);
+    double mc = mpri_mse_loss_fwd_f32(mpr_tensor_data(x), mpr_tensor_data(gy), n), mg;
+    assert_int_equal(mpri_cuda_mse_loss_fwd(0, MPR_F32, mpr_tensor_data(xd), mpr_tensor_data(gyd), n, &mg), MPR_OK);
+    assert_true(fabs(mc - mg) < 1e-5 * fabs(mc));
+    mpr_tensor_t *gac = mpr_scope_adopt(mpr_tensor_empty(MPR_F32, 1, (const int64_t[]){n}));
+    mpr_tensor_t *gag = mpr_scope_adopt(mpr_tensor_empty_on(0, MPR_F32, 1, (const int64_t[]){n}));
+    mpri_mse_loss_bwd_f32(mpr_tensor_data(x), mpr_tensor_data(gy), n, 1.0, mpr_tensor_data(gac), NULL);
+    assert_int_equal(mpri_cuda_mse_loss_bwd(0, MPR_F32, mpr_tensor_data(xd), mpr_tensor_data(gyd), n, 1.0,
+                                            mpr_tensor_data(gag), NULL), MPR_OK);
+    expect_close("mse_loss backward", gag, gac, 1e-6);
+    assert_int_equal(mpr_cuda_synchronize(0), MPR_OK);
+    mpr_scope_end();
+    mpr_generator_destroy(g);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+#endif
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_errors),
+        cmocka_unit_test(test_transfers),
+#ifdef MPIRPC_TEST_CUDA_KERNELS
+        cmocka_unit_test(test_kernels),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
