@@ -274,7 +274,9 @@ static const mpri_wait_hooks_t wait_hooks = {mpri_progress_waiter_enter, mpri_pr
 
 /* ---- the progress thread ---- */
 
-static void bind_progress_thread(void) {
+/* Bind the progress thread (from the thread that started it, so the binding
+ * is in place and reported when mpr_init returns). */
+static void bind_progress_thread(pthread_t thread) {
     if (mpri_rt.progress_pu < 0) {
         snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "unbound");
         return;
@@ -287,7 +289,7 @@ static void bind_progress_thread(void) {
     hwloc_obj_t pu = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PU, (unsigned)mpri_rt.progress_pu);
     if (!pu) {
         snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "no PU %d", mpri_rt.progress_pu);
-    } else if (hwloc_set_cpubind(topo, pu->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
+    } else if (hwloc_set_thread_cpubind(topo, thread, pu->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
         snprintf(mpri_rt.progress_binding, sizeof mpri_rt.progress_binding, "binding to PU %d failed",
                  mpri_rt.progress_pu);
     } else {
@@ -303,7 +305,6 @@ static void bind_progress_thread(void) {
 
 static void *progress_main(void *unused) {
     in_progress_context = true;
-    bind_progress_thread();
     int64_t idle_since = mpri_now_ns();
     int64_t sleep_ns = 10000;
     while (!atomic_load(&prog.stop)) {
@@ -345,6 +346,7 @@ mpr_err_t mpri_progress_start(void) {
     if (pthread_create(&prog.thread, NULL, progress_main, NULL) != 0)
         return mpr_error_set(MPR_ERR_NOMEM, "cannot start the progress thread");
     prog.thread_started = true;
+    bind_progress_thread(prog.thread);
     return MPR_OK;
 }
 
