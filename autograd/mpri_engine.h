@@ -55,7 +55,10 @@ void mpri_graph_task_destroy(mpri_graph_task_t *task); /* accepts NULL */
  * NULL node are ignored. */
 mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *task, int n, const mpri_edge_t *edges);
 /* Feed gradients (BORROWED; shape of the edge's output) and run what becomes
- * ready. Every edge must have been added as a root (MPR_ERR_STATE otherwise). */
+ * ready. Every edge must have been added as a root (MPR_ERR_STATE otherwise).
+ * grads[i] may be NULL: that releases the root's dependency without a
+ * gradient (e.g. a send function whose peer will send none), so the nodes
+ * waiting on it can run. */
 mpr_err_t mpri_graph_task_run(mpri_graph_task_t *task, int n, const mpri_edge_t *edges,
                               mpr_tensor_t *const *grads);
 /* Nodes of the subgraph (as counted so far). */

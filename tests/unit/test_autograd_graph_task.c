@@ -76,8 +76,25 @@ static void test_two_roots_resume_and_sink(void **state) {
     /* feeding an edge that is not a root of the task is refused */
     assert_int_equal(mpri_graph_task_run(task, 1, &e[1], &g2), MPR_ERR_STATE);
     mpri_graph_task_destroy(task);
+
+    /* A root that gets no gradient (NULL) releases its dependency: the
+     * shared node runs with what r1 delivered. */
+    mpr_tensor_t *a2 = mpr_mul_scalar(x, 3.0);
+    mpr_tensor_t *q1 = mpr_mul(a2, a2), *q2 = mpr_add_scalar(a2, 1.0);
+    sink_map_t map2 = {0};
+    mpri_engine_opts_t opts2 = {.sink = sink, .sink_ctx = &map2};
+    mpri_graph_task_t *task2 = mpri_graph_task_create(&opts2);
+    mpri_edge_t f[2] = {mpri_tensor_edge(q1), mpri_tensor_edge(q2)};
+    assert_int_equal(mpri_graph_task_add_roots(task2, 2, f), MPR_OK);
+    mpr_tensor_t *feed[2] = {g1, NULL};
+    assert_int_equal(mpri_graph_task_run(task2, 2, f, feed), MPR_OK);
+    assert_int_equal(map2.n, 1);
+    assert_near(at(map2.grads[0], 1), 18.0 * 2, 1e-12); /* d/dx sum(9x^2) = 18x */
+    assert_int_equal(mpri_graph_task_pending(task2), 0);
+    mpri_graph_task_destroy(task2);
     mpr_scope_end();
     mpr_tensor_release(map.grads[0]);
+    mpr_tensor_release(map2.grads[0]);
     mpr_tensor_release(x);
 }
 
