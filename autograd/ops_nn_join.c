@@ -1,7 +1,10 @@
 /* ops_nn_join.c — joining and splitting along one dim: cat (with its own
  * backward: the gradient is cut back into the inputs' slices), stack
  * (unsqueeze + cat), split and chunk (narrow views, whose backward is the
- * views' own).
+ * views' own), and unbind (all slices along a dim as views, recorded as ONE
+ * node with one output per slice, so backward assembles the input gradient
+ * in one pass instead of one full-size zero-padded gradient per slice — what
+ * an RNN stepping through a projected sequence needs).
  *
  * Invariants: cat checks every input against the first (dtype, ndim, sizes
  * outside dim) and names the offending input and both shapes; the result is a
@@ -203,4 +206,75 @@ mpr_err_t mpr_chunk(mpr_tensor_t *x, int chunks, int dim, mpr_tensor_t **out, in
     int64_t size = x->shape[d];
     int64_t split_size = (size + chunks - 1) / chunks;
     return mpr_split(x, split_size, d, out, chunks, n_out);
+}
+
+/* ---------------------------------------------------------------- unbind
+ * iparam[0] = dim. Output k is slice k; its gradient goes to slice k. */
+
+static mpr_err_t unbind_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
+    const mpri_tensor_meta_t *m = &n->in_meta[0];
+    int d = (int)n->iparam[0];
+    int64_t outer, inner;
+    mpri_nn_split_dims(m->ndim, m->shape, d, &outer, &inner);
+    mpr_tensor_t *g = mpr_tensor_empty(m->dtype, m->ndim, m->shape);
+    if (!g) return mpr_last_error_code();
+    size_t esz = mpr_dtype_size(m->dtype);
+    int64_t len = m->shape[d];
+    for (int64_t k = 0; k < len; k++) {
+        mpr_tensor_t *gk = mpr_tensor_contiguous(gout[k]);
+        if (!gk) {
+            mpr_tensor_release(g);
+            return mpr_last_error_code();
+        }
+        mpri_copy_rows((char *)mpr_tensor_data(g) + (size_t)(k * inner) * esz, len * inner,
+                       mpr_tensor_data(gk), inner, outer, inner, esz);
+        mpr_tensor_release(gk);
+    }
+    gin[0] = mpri_result(g);
+    return MPR_OK;
+}
+
+static const mpri_op_def_t unbind_def = {"unbind", unbind_backward, NULL};
+
+mpr_err_t mpr_unbind(mpr_tensor_t *x, int dim, mpr_tensor_t **out, int cap, int *n_out) {
+    if (n_out) *n_out = 0;
+    if (!x) return mpr_last_error_code();
+    if (!out || !n_out)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "unbind: out and n_out must not be NULL");
+    if (x->ndim == 0)
+        return mpr_error_set(MPR_ERR_SHAPE, "unbind: cannot unbind a zero-dimensional tensor");
+    int d;
+    mpr_err_t e = mpri_norm_dim("unbind", dim, x->ndim, &d);
+    if (e != MPR_OK) return e;
+    if ((e = mpri_nn_check_cpu("unbind", x)) != MPR_OK) return e;
+    int64_t len = x->shape[d];
+    if (len > cap)
+        return mpr_error_set(MPR_ERR_INVALID_ARG,
+                             "unbind: %lld slices along dim %d do not fit in %d output slots",
+                             (long long)len, d, cap);
+    int64_t shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS];
+    for (int i = 0, j = 0; i < x->ndim; i++)
+        if (i != d) {
+            shape[j] = x->shape[i];
+            strides[j++] = x->strides[i];
+        }
+    int64_t k = 0;
+    for (; k < len; k++)
+        if (!(out[k] = mpri_tensor_view(x->storage, x->dtype, x->ndim - 1, shape, strides,
+                                         x->offset + k * x->strides[d])))
+            break;
+    if (k < len) {
+        e = mpr_last_error_code();
+        for (int64_t i = 0; i < k; i++) {
+            mpr_tensor_release(out[i]);
+            out[i] = NULL;
+        }
+        return e;
+    }
+    mpri_node_t *node = mpri_record_multi(&unbind_def, 1, &x, (int)len, out);
+    if (node) node->iparam[0] = d;
+    for (int64_t i = 0; i < len; i++) out[i] = mpri_result(out[i]);
+    *n_out = (int)len;
+    return MPR_OK;
 }

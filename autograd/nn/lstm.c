@@ -4,8 +4,9 @@
  *
  * Forward is composed from differentiable ops, so backward (through time and
  * layers) is the autograd engine's: per layer, one GEMM projects the whole
- * input sequence ([T*B, in] @ W_ih^T + b_ih + b_hh), then each step adds
- * h @ W_hh^T and applies the fused cell op (mpr_lstm_cell: gates -> h, c in
+ * input sequence ([T*B, in] @ W_ih^T + b_ih + b_hh), unbound into T step
+ * views by one node (mpr_unbind), then each step adds h @ W_hh^T and applies
+ * the fused cell op (mpr_lstm_cell: gates -> h, c in
  * one node). Everything runs inside a private scope; only the requested
  * results (output, h_n, c_n) escape it.
  *
@@ -85,7 +86,7 @@ static mpr_err_t check_state(const char *what, const mpr_tensor_t *s, const mpr_
 /* One layer over the whole sequence xs [T, B, in]; returns [T, B, H] and the
  * final state in *h, *c (all scope-owned). */
 static mpr_tensor_t *run_layer(mpr_module_t *m, int l, mpr_tensor_t *xs, mpr_tensor_t **h,
-                               mpr_tensor_t **c, mpr_tensor_t **hs) {
+                               mpr_tensor_t **c, mpr_tensor_t **hs, mpr_tensor_t **steps) {
     int per = m->bcfg[0] ? 4 : 2;
     mpr_tensor_t *w_ih = mpri_module_param(m, l * per), *w_hh = mpri_module_param(m, l * per + 1);
     mpr_tensor_t *b_ih = m->bcfg[0] ? mpri_module_param(m, l * per + 2) : NULL;
@@ -96,9 +97,10 @@ static mpr_tensor_t *run_layer(mpr_module_t *m, int l, mpr_tensor_t *xs, mpr_ten
     mpr_tensor_t *xw = mpr_linear(mpr_reshape(xs, 2, (int64_t[]){-1, xs->shape[2]}), w_ih, b_ih);
     if (b_hh) xw = mpr_add(xw, b_hh);
     xw = mpr_reshape(xw, 3, (int64_t[]){T, -1, 4 * H});
-    if (!xw) return NULL;
+    int nsteps;
+    if (!xw || mpr_unbind(xw, 0, steps, (int)T, &nsteps) != MPR_OK) return NULL;
     for (int64_t t = 0; t < T; t++) {
-        mpr_tensor_t *gates = mpr_add(mpr_select(xw, 0, t), mpr_linear(*h, w_hh, NULL));
+        mpr_tensor_t *gates = mpr_add(steps[t], mpr_linear(*h, w_hh, NULL));
         if (mpr_lstm_cell(gates, *c, h, c) != MPR_OK) return NULL;
         hs[t] = *h;
     }
@@ -136,9 +138,9 @@ mpr_err_t mpr_lstm_forward(mpr_module_t *lstm, mpr_tensor_t *x, mpr_tensor_t *h0
                (e = check_state("c0", c0, x, L, B, H)) != MPR_OK))
         return e;
     if (T < 1) return mpr_error_set(MPR_ERR_SHAPE, "LSTM: empty sequence (length 0)");
-    mpr_tensor_t **hs = malloc(sizeof(mpr_tensor_t *) * (size_t)(T + 2 * L));
+    mpr_tensor_t **hs = malloc(sizeof(mpr_tensor_t *) * (size_t)(2 * T + 2 * L));
     if (!hs) return mpr_error_set(MPR_ERR_NOMEM, "LSTM: out of memory");
-    mpr_tensor_t **hN = hs + T, **cN = hs + T + L;
+    mpr_tensor_t **hN = hs + T, **cN = hs + T + L, **steps = hs + T + 2 * L;
     mpr_scope_begin();
     mpr_tensor_t *layer = bf ? mpr_transpose(x, 0, 1) : x;
     for (int l = 0; l < L && layer; l++) {
@@ -148,7 +150,7 @@ mpr_err_t mpr_lstm_forward(mpr_module_t *lstm, mpr_tensor_t *x, mpr_tensor_t *h0
             layer = NULL;
             break;
         }
-        layer = run_layer(lstm, l, layer, &h, &c, hs);
+        layer = run_layer(lstm, l, layer, &h, &c, hs, steps);
         hN[l] = h;
         cN[l] = c;
         if (layer && l < L - 1 && lstm->dcfg[0] > 0)

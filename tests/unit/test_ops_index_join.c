@@ -1,7 +1,8 @@
 /* test_ops_index_join.c — embedding, index_select, gather, cat, stack, split
  * and chunk: values on small hand-checked cases, f64 gradient checks
  * (including repeated indices, whose gradients must add up), views sharing
- * storage, and argument errors naming the op and shapes. */
+ * storage, unbind (one node for all slices), and argument errors naming the
+ * op and shapes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -176,11 +177,37 @@ static void test_split_chunk(void **state) {
     mpr_tensor_release(x);
 }
 
+static mpr_tensor_t *f_unbind(mpr_tensor_t **in, void *c) {
+    /* slices along dim, scaled by k+1, slice 1 left unused (zero gradient), re-stacked */
+    mpr_tensor_t *p[8], *q[8];
+    int n, m = 0;
+    if (mpr_unbind(in[0], *(int *)c, p, 8, &n) != MPR_OK) return NULL;
+    for (int k = 0; k < n; k++)
+        if (k != 1) q[m++] = mpr_mul_scalar(p[k], (double)(k + 1));
+    return mpr_stack(q, m, 0);
+}
+
+static void test_unbind(void **state) {
+    mpr_tensor_t *x = tu_randn(MPR_SHAPE(3, 4, 2), 12, true);
+    mpr_tensor_t *p[4];
+    int n;
+    assert_int_equal(mpr_unbind(x, 1, p, 4, &n), MPR_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(mpr_tensor_ndim(p[2]), 2);
+    assert_ptr_equal(mpr_tensor_data(p[2]), (double *)mpr_tensor_data(x) + 4); /* a view */
+    assert_true(((double *)mpr_tensor_data(p[3]))[0] == ((double *)mpr_tensor_data(x))[6]);
+    for (int i = 0; i < n; i++) mpr_tensor_release(p[i]);
+    for (int dim = -3; dim < 3; dim++) TU_GRADCHECK("unbind", f_unbind, &dim, 1, &x, 1e-8, 1e-6);
+    assert_int_equal(mpr_unbind(x, 0, p, 2, &n), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "3 slices along dim 0 do not fit in 2"));
+    mpr_tensor_release(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_index_select),
         cmocka_unit_test(test_gather),    cmocka_unit_test(test_cat_stack),
-        cmocka_unit_test(test_split_chunk),
+        cmocka_unit_test(test_split_chunk), cmocka_unit_test(test_unbind),
     };
     int64_t live = mpr_tensor_live_count();
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,12 @@ mpr_err_t mpr_split(mpr_tensor_t *x, int64_t split_size, int dim, mpr_tensor_t *
  * `chunks` of them); out has room for `chunks` tensors. */
 mpr_err_t mpr_chunk(mpr_tensor_t *x, int chunks, int dim, mpr_tensor_t **out, int *n_out);
 
+/* torch.unbind: the x.size(dim) slices of x along dim (views without that
+ * dim) into out[0 .. *n_out-1] (room for `cap`), owned like op results.
+ * Recorded as one graph node, so backward writes the input gradient once
+ * (use it to step through a sequence instead of select() per step). */
+mpr_err_t mpr_unbind(mpr_tensor_t *x, int dim, mpr_tensor_t **out, int cap, int *n_out);
+
 /* x: [..., n, ...] (n at dim); index: [k] int64 in [0, n). Result has k at dim. */
 mpr_tensor_t *mpr_index_select(mpr_tensor_t *x, int dim, mpr_tensor_t *index);
 /* torch.gather: index (int64) has x's ndim, index.size(d) <= x.size(d) for
