@@ -138,6 +138,10 @@ void mpri_node_release(mpri_node_t *n);
 mpri_node_t *mpri_node_create(const mpri_op_def_t *def, int n_next, int n_outputs);
 /* Set edge i (takes a reference to edge.node). */
 void mpri_node_set_next(mpri_node_t *n, int i, mpri_edge_t edge);
+/* Record dtype/device/shape of input i / output k from `t` (enables the
+ * engine's gradient shape checks and zero-filling of missing gradients). */
+void mpri_node_set_input_meta(mpri_node_t *n, int i, const mpr_tensor_t *t);
+void mpri_node_set_output_meta(mpri_node_t *n, int k, const mpr_tensor_t *t);
 /* Free saved tensors (after a backward without retain_graph). */
 void mpri_node_release_saved(mpri_node_t *n);
 

@@ -24,6 +24,23 @@
  * context's map), else into leaf .grad. Custom nodes (send/recv) are ordinary
  * nodes with their own backward functions (mpri_node_create).
  *
+ * Distributed autograd recipe (PyTorch's send/recv functions):
+ *  - sender, for tensors t[0..k-1] that require grad and go into an RPC:
+ *      send = mpri_node_create(&send_def, k, k);   // k inputs, k outputs
+ *      mpri_node_set_next(send, i, mpri_tensor_edge(t[i]));
+ *      mpri_node_set_input_meta(send, i, t[i]); mpri_node_set_output_meta(send, i, t[i]);
+ *    send_def.backward passes gout[i] through as gin[i]; the context keeps
+ *    `send` (one reference) under the autograd message id.
+ *  - receiver, for the k tensors r[i] it got:
+ *      recv = mpri_node_create(&recv_def, 0, k);
+ *      mpri_tensor_set_grad_fn(r[i], recv, i); mpri_node_set_output_meta(recv, i, r[i]);
+ *      mpri_node_release(recv);                   // the tensors own it
+ *    recv_def.backward ships gout[0..k-1] to the peer (message id in node->ctx).
+ *  - backward on a worker: one task per context with a .grad-free sink into
+ *    the context's map; add_roots(local loss edges + every send node of the
+ *    context); run(loss, ones); then run({send_edge}, {grads}) for each send
+ *    as its gradient arrives (NULL grads for sends that will get none).
+ *
  * Thread safety: one task is driven by one thread at a time (callers
  * serialize run() calls of a task); tasks over disjoint graphs may run
  * concurrently. */

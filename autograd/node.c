@@ -96,6 +96,9 @@ static void meta_of(const mpr_tensor_t *t, mpri_tensor_meta_t *m) {
     memcpy(m->shape, t->shape, sizeof m->shape);
 }
 
+void mpri_node_set_input_meta(mpri_node_t *n, int i, const mpr_tensor_t *t) { meta_of(t, &n->in_meta[i]); }
+void mpri_node_set_output_meta(mpri_node_t *n, int k, const mpr_tensor_t *t) { meta_of(t, &n->out_meta[k]); }
+
 bool mpri_any_requires_grad(int n, mpr_tensor_t *const *inputs) {
     if (!mpr_grad_enabled()) return false;
     for (int i = 0; i < n; i++)

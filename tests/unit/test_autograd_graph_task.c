@@ -123,10 +123,54 @@ static void test_custom_node(void **state) {
     mpr_tensor_release(t);
 }
 
+/* A "send" function as in the recipe of mpri_engine.h: the gradient that
+ * arrives from the peer flows through it into the sender's graph. */
+static mpr_err_t send_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    for (int i = 0; i < n->n_next; i++) gin[i] = gout[i];
+    return MPR_OK;
+}
+static const mpri_op_def_t send_def = {"send", send_backward, NULL};
+
+static void test_send_function(void **state) {
+    mpr_tensor_t *w = mpr_from_buffer(MPR_F64, MPR_SHAPE(2), (double[]){1, 2});
+    mpr_set_requires_grad(w, true);
+    mpr_scope_begin();
+    mpr_tensor_t *sent[2] = {mpr_mul_scalar(w, 2.0), mpr_exp(w)};
+    mpri_node_t *send = mpri_node_create(&send_def, 2, 2);
+    for (int i = 0; i < 2; i++) {
+        mpri_node_set_next(send, i, mpri_tensor_edge(sent[i]));
+        mpri_node_set_input_meta(send, i, sent[i]);
+        mpri_node_set_output_meta(send, i, sent[i]);
+    }
+    mpri_graph_task_t *task = mpri_graph_task_create(NULL); /* default: into .grad */
+    mpri_edge_t e = {send, 0}, e1 = {send, 1};
+    assert_int_equal(mpri_graph_task_add_roots(task, 1, &e), MPR_OK);
+    assert_int_equal(mpri_graph_task_add_roots(task, 1, &e1), MPR_OK); /* 2nd root edge of the same node */
+    /* the peer's gradient for output 0 only; output 1 gets zeros */
+    mpr_tensor_t *g = mpr_full(MPR_F64, MPR_SHAPE(2), 3.0);
+    assert_int_equal(mpri_graph_task_run(task, 1, &e, &g), MPR_OK);
+    assert_null(mpr_tensor_grad(w)); /* still waiting for the second root edge */
+    mpr_tensor_t *none = NULL;
+    assert_int_equal(mpri_graph_task_run(task, 1, &e1, &none), MPR_OK);
+    assert_near(at(mpr_tensor_grad(w), 1), 6.0, 0);
+    /* a wrongly shaped gradient is refused, naming the node */
+    mpr_tensor_t *bad = mpr_ones(MPR_F64, MPR_SHAPE(3));
+    mpri_graph_task_t *t2 = mpri_graph_task_create(NULL);
+    assert_int_equal(mpri_graph_task_add_roots(t2, 1, &e), MPR_OK);
+    assert_int_equal(mpri_graph_task_run(t2, 1, &e, &bad), MPR_ERR_SHAPE);
+    assert_non_null(strstr(mpr_last_error(), "send"));
+    mpri_graph_task_destroy(t2);
+    mpri_graph_task_destroy(task);
+    mpri_node_release(send);
+    mpr_scope_end();
+    mpr_tensor_release(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_roots_resume_and_sink),
         cmocka_unit_test(test_custom_node),
+        cmocka_unit_test(test_send_function),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
