@@ -10,12 +10,10 @@
 #include "mpirpc/nn_functional.h"
 #include "mpri_autograd.h"
 
-/* MPR_ERR_UNSUPPORTED unless `t` lives on the CPU (CUDA nn ops are not here). */
+/* MPR_ERR_UNSUPPORTED unless `t` lives on the CPU (the nn ops have CPU
+ * kernels only; CUDA tensors must be moved to the CPU first). */
 static inline mpr_err_t mpri_nn_check_cpu(const char *op, const mpr_tensor_t *t) {
-    if (t->storage->device != -1)
-        return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: only CPU tensors are supported (got cuda:%d)",
-                             op, t->storage->device);
-    return MPR_OK;
+    return mpri_check_cpu(op, t);
 }
 
 /* Float dtype and CPU device. */
