@@ -138,9 +138,6 @@ void mpri_rref_record_ready_future(mpr_future_t *f);
  * its RRefs recorded are undone, since the message will never be sent. */
 void mpri_rref_encode_begin(void);
 void mpri_rref_encode_end(bool ok);
-/* Drop a value, deferring it to the pool when called in the progress context
- * (destructors are user code and may block). */
-void mpri_value_release_deferred(mpr_value_t *v);
 
 /* ---- call.c (shared with CALL handling) ---- */
 /* Run `fn` with `args` (borrowed) for `caller`: a future of its outcome (new

@@ -95,8 +95,10 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     } else if (c) {
         r = mpri_rref_new_user(id, rank, fork, USER_PENDING);
         if (r) {
+            pthread_mutex_lock(&CTX.lock);
             r->creator = true;
             r->owner_knows = true; /* the REMOTE_CALL registers this fork */
+            pthread_mutex_unlock(&CTX.lock);
             c->user = mpr_rref_retain(r);
         }
     }

@@ -101,15 +101,7 @@ mpr_err_t mpri_gid_read(mpri_reader_t *r, mpri_gid_t *g) {
 
 /* ---- deferred releases (destructors are user code: never on the progress thread) ---- */
 
-static void release_value_task(void *arg) { mpr_value_release(arg); }
 static void release_future_task(void *arg) { mpr_future_release(arg); }
-
-void mpri_value_release_deferred(mpr_value_t *v) {
-    if (v && mpri_in_progress_context() && mpri_pool_running() &&
-        mpri_pool_submit(release_value_task, release_value_task, v) == MPR_OK)
-        return;
-    mpr_value_release(v);
-}
 
 /* ---- owner records ---- */
 
