@@ -64,6 +64,34 @@ static mpr_tensor_t *f_conv2d(mpr_tensor_t **in) { return mpr_conv2d(in[0], in[1
 static mpr_tensor_t *f_conv2d_s2(mpr_tensor_t **in) { return mpr_conv2d(in[0], in[1], in[2], 2, 2, 0, 0); }
 static mpr_tensor_t *f_max_pool2d(mpr_tensor_t **in) { return mpr_max_pool2d(in[0], 2, 2, 0, 0, 0, 0); }
 
+static mpr_tensor_t *f_split1(mpr_tensor_t **in) {
+    mpr_tensor_t *out[4];
+    int n = 0;
+    if (mpr_split(in[0], 2, 1, out, 4, &n) != MPR_OK || n != 3) return NULL;
+    return mpr_mul_scalar(out[1], 2.0);
+}
+static mpr_tensor_t *f_chunk2(mpr_tensor_t **in) {
+    mpr_tensor_t *out[3];
+    int n = 0;
+    if (mpr_chunk(in[0], 3, 0, out, &n) != MPR_OK || n != 3) return NULL;
+    return mpr_exp(out[2]);
+}
+static mpr_tensor_t *f_max_all(mpr_tensor_t **in) { return mpr_max(in[0]); }
+static mpr_tensor_t *f_sum_dims02(mpr_tensor_t **in) { return mpr_sum_dims(in[0], 2, (const int[]){0, 2}, false); }
+static mpr_tensor_t *f_transpose_matmul(mpr_tensor_t **in) { return mpr_matmul(mpr_transpose(in[0], 0, 1), in[1]); }
+static mpr_tensor_t *f_permute3(mpr_tensor_t **in) {
+    return mpr_mul_scalar(mpr_contiguous(mpr_permute(in[0], 3, (const int[]){2, 0, 1})), 3.0);
+}
+static mpr_tensor_t *f_narrow_mul(mpr_tensor_t **in) { return mpr_mul(mpr_narrow(in[0], 1, 1, 2), in[1]); }
+static mpr_tensor_t *f_reshape_sum(mpr_tensor_t **in) {
+    return mpr_sum_dims(mpr_reshape(in[0], MPR_SHAPE(4, 3)), 1, (const int[]){0}, false);
+}
+static mpr_tensor_t *f_unsqueeze_add(mpr_tensor_t **in) { return mpr_add(mpr_unsqueeze(in[0], 1), in[1]); }
+static mpr_tensor_t *f_log_softmax_dim0(mpr_tensor_t **in) { return mpr_log_softmax(in[0], 0); }
+static mpr_tensor_t *f_dropout_eval(mpr_tensor_t **in) {
+    return mpr_mul_scalar(mpr_dropout(in[0], 0.5, false, NULL), 1.5);
+}
+
 static const struct {
     const char *name;
     int nin;
@@ -104,6 +132,18 @@ static const struct {
     {"gather", 2, f_gather},
     {"cat", 2, f_cat},
     {"stack", 2, f_stack},
+    {"split1", 1, f_split1},
+    {"chunk2", 1, f_chunk2},
+    {"max_all", 1, f_max_all},
+    {"sum_dims02", 1, f_sum_dims02},
+    {"transpose_matmul", 2, f_transpose_matmul},
+    {"permute3", 1, f_permute3},
+    {"narrow_mul", 2, f_narrow_mul},
+    {"reshape_sum", 1, f_reshape_sum},
+    {"unsqueeze_add", 2, f_unsqueeze_add},
+    {"log_softmax_dim0", 1, f_log_softmax_dim0},
+    {"dropout_eval", 1, f_dropout_eval},
+    {"mse_loss_both", 2, f_mse_loss},
     {"conv2d", 3, f_conv2d},
     {"conv2d_s2", 3, f_conv2d_s2},
     {"max_pool2d", 1, f_max_pool2d},
