@@ -2,7 +2,9 @@
  * the four sharing scenarios with owner counts and destructors run exactly
  * once, a fork chain creator->A->B->C->owner, to_here racing remote, remote
  * on self, object RRefs with proxies, failed and timed-out creations, use
- * after release and after shutdown, debug info after graceful shutdown.
+ * after release and after shutdown, debug info after graceful shutdown,
+ * forks undone when a send fails, RRefs nested in RRef values, remote() of
+ * an async function.
  * Run with 2, 3 and 4 ranks (with 2, "C" coincides with the creator). */
 #include "rref_test_util.h"
 
@@ -467,9 +469,53 @@ static void test_failed_send_undoes_fork(void) {
     wait_owner_state(B(), 0, 0);
 }
 
+/* async_fwd(v): an async function forwarding make_int(v) to the next rank */
+static mpr_err_t fn_async_fwd(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_future_t **out) {
+    *out = mpr_rpc_async(mpr_to_rank((rank + 1) % size), "make_int", args, MPR_TIMEOUT_DEFAULT);
+    return *out ? MPR_OK : mpr_last_error_code();
+}
+
+/* nest(v) -> [RRef owned here to a tracked v, v]: an RRef inside a value */
+static mpr_err_t fn_nest(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    mpr_value_t *inner = NULL;
+    mpr_err_t e = fn_make_local(ctx, args, &inner);
+    if (e) return e;
+    *result = mpr_value_list_of(2, inner, mpr_value_retain(mpr_value_list_get(args, 0)));
+    return MPR_OK;
+}
+
+static void test_nested_and_async(void) {
+    if (rank != 0) return;
+    /* remote() of an async function: the owner keeps no thread while it waits */
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(31)), *v = NULL;
+    mpr_rref_t *r = mpr_remote(mpr_to_rank(B()), "async_fwd", args, MPR_TIMEOUT_DEFAULT);
+    CHECK_OK(mpr_rref_to_here(r, 10, &v));
+    int64_t x;
+    CHECK_OK(mpr_value_get_int(v, &x));
+    CHECK(x == 31);
+    mpr_value_release(v);
+    mpr_rref_release(r);
+    /* an RRef inside the value of an RRef: to_here hands us a user of the inner one */
+    r = mpr_remote(mpr_to_rank(B()), "nest", args, MPR_TIMEOUT_DEFAULT);
+    mpr_value_release(args);
+    CHECK_OK(mpr_rref_to_here(r, 10, &v));
+    mpr_rref_t *inner;
+    CHECK_OK(mpr_value_get_rref(mpr_value_list_get(v, 0), &inner));
+    CHECK(!mpr_rref_is_owner(inner) && strcmp(mpr_rref_owner_name(inner), mpr_rref_owner_name(r)) == 0);
+    CHECK(read_on(C(), inner) == 31);
+    mpr_rref_retain(inner);
+    mpr_value_release(v);
+    mpr_rref_release(r); /* the outer value goes; our user keeps the inner one */
+    wait_owner_state(B(), 1, 1);
+    mpr_rref_release(inner);
+    wait_owner_state(B(), 0, 0);
+}
+
 int main(int argc, char **argv) {
     register_common();
     CHECK_OK(mpr_register_function("pass_chain", fn_pass_chain, NULL));
+    CHECK_OK(mpr_register_async_function("async_fwd", fn_async_fwd, NULL));
+    CHECK_OK(mpr_register_function("nest", fn_nest, NULL));
     init_runtime(&argc, &argv, 4);
     RUN_TEST(test_remote_to_here);
     RUN_TEST(test_user_to_owner);
@@ -483,6 +529,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_timed_out_creation);
     RUN_TEST(test_use_after_release);
     RUN_TEST(test_failed_send_undoes_fork);
+    RUN_TEST(test_nested_and_async);
 
     /* Graceful shutdown deletes the users the application still holds. */
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(5)), *v = NULL;
