@@ -236,6 +236,21 @@ def gen_models():
     x = torch.rand(2, 5, 4, generator=g) * 2 - 1
     t = torch.rand(2, 5, 3, generator=g)
     dump_model("lstm", lstm, x, lambda o: F.mse_loss(o, t), {"target": t})
+    # 2-layer LSTM, time-major, with an initial state given and the final state used in the loss
+    lstm2 = nn.LSTM(input_size=3, hidden_size=4, num_layers=2)
+    x = torch.rand(6, 2, 3, generator=g) * 2 - 1
+    h0 = (torch.rand(2, 2, 4, generator=g) - 0.5).requires_grad_(True)
+    c0 = (torch.rand(2, 2, 4, generator=g) - 0.5).requires_grad_(True)
+    out = {n: p.detach().clone() for n, p in lstm2.named_parameters()}
+    out.update({"input": x, "h0": h0.detach().clone(), "c0": c0.detach().clone()})
+    y, (hn, cn) = lstm2(x, (h0, c0))
+    loss = (y ** 2).mean() + 0.1 * hn.sum() + 0.1 * (cn ** 2).sum()
+    loss.backward()
+    out.update({"output": y.detach(), "hn": hn.detach(), "cn": cn.detach(), "loss": loss.detach(),
+                "h0.grad": h0.grad, "c0.grad": c0.grad})
+    for n, p in lstm2.named_parameters():
+        out[n + ".grad"] = p.grad
+    save_safetensors(os.path.join(OUT, "ref_lstm_state.safetensors"), out, {"generator": "tests/ref/gen_refs.py"})
     # embedding + linear with cross-entropy over the flattened tokens
     el = EmbLinear()
     idx = torch.randint(0, 20, (3, 4), generator=g)

@@ -163,6 +163,37 @@ static void test_lstm(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live);
 }
 
+/* Time-major 2-layer LSTM with (h0, c0) given; the loss uses output, hn and cn,
+ * so gradients also flow to h0 and c0. */
+static void test_lstm_state(void **state) {
+    int64_t live = mpr_tensor_live_count();
+    mpr_tensor_dict_t *d = load_ref("lstm_state");
+    mpr_module_t *lstm = mpr_lstm_create(3, 4, 2, true, false, 0.0, MPR_F32, NULL);
+    assert_non_null(lstm);
+    load_params(lstm, d, "");
+    mpr_scope_begin();
+    mpr_tensor_t *h0 = mpr_clone(mpr_tensor_dict_get(d, "h0")), *c0 = mpr_clone(mpr_tensor_dict_get(d, "c0"));
+    assert_int_equal(mpr_set_requires_grad(h0, true), MPR_OK);
+    assert_int_equal(mpr_set_requires_grad(c0, true), MPR_OK);
+    mpr_tensor_t *y = NULL, *hn = NULL, *cn = NULL;
+    assert_int_equal(mpr_lstm_forward(lstm, mpr_tensor_dict_get(d, "input"), h0, c0, &y, &hn, &cn), MPR_OK);
+    mpr_tensor_t *loss = mpr_add(mpr_add(mpr_mean(mpr_pow(y, 2.0)), mpr_mul_scalar(mpr_sum(hn), 0.1)),
+                                 mpr_mul_scalar(mpr_sum(mpr_pow(cn, 2.0)), 0.1));
+    int bad = check("lstm_state", "output", y, mpr_tensor_dict_get(d, "output"));
+    bad += check("lstm_state", "hn", hn, mpr_tensor_dict_get(d, "hn"));
+    bad += check("lstm_state", "cn", cn, mpr_tensor_dict_get(d, "cn"));
+    bad += check("lstm_state", "loss", loss, mpr_tensor_dict_get(d, "loss"));
+    assert_int_equal(mpr_backward(loss, NULL, false), MPR_OK);
+    bad += check_grads("lstm_state", lstm, d, "");
+    bad += check("lstm_state", "h0.grad", mpr_tensor_grad(h0), mpr_tensor_dict_get(d, "h0.grad"));
+    bad += check("lstm_state", "c0.grad", mpr_tensor_grad(c0), mpr_tensor_dict_get(d, "c0.grad"));
+    mpr_scope_end();
+    assert_int_equal(bad, 0);
+    mpr_module_destroy(lstm);
+    mpr_tensor_dict_destroy(d);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
 static void test_emb_linear(void **state) {
     int64_t live = mpr_tensor_live_count();
     mpr_tensor_dict_t *d = load_ref("emb_linear");
@@ -229,7 +260,8 @@ static void test_module_save_load(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp),         cmocka_unit_test(test_cnn),
-        cmocka_unit_test(test_lstm),        cmocka_unit_test(test_emb_linear),
+        cmocka_unit_test(test_lstm),        cmocka_unit_test(test_lstm_state),
+        cmocka_unit_test(test_emb_linear),
         cmocka_unit_test(test_module_save_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
