@@ -8,3 +8,5 @@ add_test(NAME test_rref_storm_np2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIRPC_MPIEXEC
 set_tests_properties(test_rref_storm_np4 test_rref_storm_np2 PROPERTIES TIMEOUT 120)
 mpirpc_mpi_test(test_rref_leak_report 2 test_rref_leak_report.c)
 set_tests_properties(test_rref_leak_report_np2 PROPERTIES TIMEOUT 60)
+mpirpc_mpi_test(test_rref_wire 2 test_rref_wire.c)
+set_tests_properties(test_rref_wire_np2 PROPERTIES TIMEOUT 60)

@@ -1,0 +1,120 @@
+/* test_rref_wire.c — RRef messages built by hand: malformed bodies and RRef
+ * values are rejected with a clear error (never a crash), and repeated fork
+ * requests are idempotent. Run with 2 ranks; rank 0 sends to rank 1. */
+#include "mpri_rref.h"
+#include "mpri_runtime.h"
+#include "rref_test_util.h"
+
+/* Send `kind` with `body` to rank 1 as a request; expect an error reply
+ * with `code` whose text contains `needle`. */
+static void expect_rejected(int kind, const void *body, size_t len, uint64_t fn_id, mpr_err_t code,
+                            const char *needle) {
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, kind);
+    m.hdr.function_id = fn_id;
+    mpri_buf_put(&m.body, body, len);
+    mpr_future_t *f = mpri_request(1, &m, 10, "wire test");
+    CHECK(f != NULL);
+    CHECK_OK(mpr_future_wait(f, 10));
+    if (mpr_future_error(f) != code)
+        fprintf(stderr, "kind %s: got %s: %s\n", mpri_msg_kind_name(kind), mpr_error_name(mpr_future_error(f)),
+                mpr_future_error_message(f));
+    CHECK(mpr_future_error(f) == code);
+    CHECK_CONTAINS(mpr_future_error_message(f), needle);
+    mpr_future_release(f);
+}
+
+/* A CALL of "echo" whose argument list holds one hand-written RRef value. */
+static void call_with_rref_bytes(const void *rref_bytes, size_t len, const char *needle) {
+    mpri_buf_t b;
+    mpri_buf_init(&b);
+    mpri_buf_put_u16(&b, 4);
+    mpri_buf_put(&b, "echo", 4);
+    mpri_buf_put_u8(&b, MPR_VALUE_LIST);
+    mpri_buf_put_u32(&b, 1);
+    mpri_buf_put_u8(&b, MPR_VALUE_RREF);
+    mpri_buf_put(&b, rref_bytes, len);
+    expect_rejected(MPRI_MSG_CALL, b.data, b.len, mpri_hash_name("echo"), MPR_ERR_DECODE, needle);
+    mpri_buf_fini(&b);
+}
+
+static void put_gid(mpri_buf_t *b, uint32_t rank_, uint64_t seq) {
+    mpri_buf_put_u32(b, rank_);
+    mpri_buf_put_u64(b, seq);
+}
+
+static void test_malformed(void) {
+    if (rank != 0) return;
+    uint8_t junk[3] = {1, 2, 3};
+    expect_rejected(MPRI_MSG_RREF_FETCH, junk, sizeof junk, 0, MPR_ERR_DECODE, "malformed fetch");
+    expect_rejected(MPRI_MSG_RREF_FORK_REQUEST, junk, sizeof junk, 0, MPR_ERR_DECODE, "malformed fork request");
+    expect_rejected(MPRI_MSG_RREF_USER_DELETE, junk, sizeof junk, 0, MPR_ERR_DECODE, "malformed user delete");
+    expect_rejected(MPRI_MSG_RREF_CHILD_ACCEPT, junk, sizeof junk, 0, MPR_ERR_DECODE, "malformed child accept");
+    expect_rejected(MPRI_MSG_RREF_ACK, junk, sizeof junk, 0, MPR_ERR_DECODE, "malformed rref ack");
+    expect_rejected(MPRI_MSG_REMOTE_CALL, junk, sizeof junk, 0, MPR_ERR_DECODE, "malformed remote call");
+    /* an RRef id naming a rank outside the world */
+    mpri_buf_t b;
+    mpri_buf_init(&b);
+    put_gid(&b, 77, 1);
+    put_gid(&b, 0, 2);
+    expect_rejected(MPRI_MSG_RREF_FORK_REQUEST, b.data, b.len, 0, MPR_ERR_DECODE, "names rank 77");
+    mpri_buf_fini(&b);
+    /* RRef values: bad owner rank, truncated */
+    mpri_buf_init(&b);
+    put_gid(&b, 0, 5);
+    int32_t owner = 99;
+    mpri_buf_put(&b, &owner, 4);
+    put_gid(&b, 0, 6);
+    call_with_rref_bytes(b.data, b.len, "RRef owner rank 99 outside [0, 2)");
+    call_with_rref_bytes(b.data, 14, "cannot decode the arguments of 'echo'");
+    mpri_buf_fini(&b);
+}
+
+/* Fork requests are idempotent: the same fork recorded twice is one fork. */
+static void test_idempotent_fork_request(void) {
+    if (rank != 0) return;
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(5));
+    mpr_rref_t *r = mpr_remote(mpr_to_rank(1), "make_tracked", args, MPR_TIMEOUT_DEFAULT);
+    mpr_value_release(args);
+    while (!mpr_rref_confirmed_by_owner(r)) usleep(100);
+    mpri_gid_t extra = {0, (uint64_t)1 << 40};
+    for (int i = 0; i < 3; i++) {
+        mpri_outmsg_t m;
+        mpri_outmsg_init(&m, MPRI_MSG_RREF_FORK_REQUEST);
+        mpri_gid_put(&m.body, r->id);
+        mpri_gid_put(&m.body, extra);
+        CHECK_OK(mpri_send(1, &m)); /* the acks find no waiting user here: ignored */
+    }
+    /* repeated child accepts for an unknown fork are ignored as well */
+    for (int i = 0; i < 2; i++) {
+        mpri_outmsg_t m;
+        mpri_outmsg_init(&m, MPRI_MSG_RREF_CHILD_ACCEPT);
+        mpri_gid_put(&m.body, extra);
+        CHECK_OK(mpri_send(1, &m));
+    }
+    mpri_gid_t id = r->id;
+    mpr_rref_release(r);
+    wait_owner_state(1, 1, 1); /* the extra fork keeps it */
+    atomic_fetch_add(&mpri_rref_ctx.pending_futures, 1); /* as a real delete does */
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_RREF_USER_DELETE);
+    mpri_gid_put(&m.body, id);
+    mpri_gid_put(&m.body, extra);
+    CHECK_OK(mpri_send(1, &m));
+    wait_owner_state(1, 0, 0); /* one delete removed the thrice-requested fork */
+}
+
+int main(int argc, char **argv) {
+    register_common();
+    init_runtime(&argc, &argv, 2);
+    CHECK(size == 2);
+    RUN_TEST(test_malformed);
+    RUN_TEST(test_idempotent_fork_request);
+    MPITEST_REPORT();
+    CHECK_OK(mpr_shutdown(true));
+    mpr_debug_info_t d;
+    CHECK_OK(mpr_get_debug_info(&d));
+    CHECK(d.rref_owners == 0 && d.rref_users == 0 && d.rref_pending_futures == 0);
+    mpr_registry_clear();
+    return 0;
+}
