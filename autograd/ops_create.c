@@ -46,6 +46,11 @@ mpr_tensor_t *mpr_arange(mpr_dtype_t dtype, double start, double end, double ste
         return NULL;
     }
     double n = ceil((end - start) / step);
+    if (n > 0x1p53) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "arange: %g elements is too many (start=%g end=%g step=%g)", n, start,
+                      end, step);
+        return NULL;
+    }
     int64_t len = n > 0 ? (int64_t)n : 0;
     mpr_tensor_t *t = mpr_tensor_empty(dtype, 1, &len);
     if (!t) return NULL;

@@ -7,6 +7,7 @@
  * that opens and closes a scope per step allocates nothing in steady state;
  * they are freed at thread exit (pthread key destructor). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "mpri_autograd.h"
@@ -47,12 +48,20 @@ static scope_stack_t *get_stack(void) {
 }
 
 void mpr_scope_begin(void) {
+    /* mpr_scope_begin cannot report failure (it returns nothing, so loops stay
+     * short); running out of memory for a few bytes of bookkeeping is fatal. */
     scope_stack_t *st = get_stack();
-    if (!st) abort(); /* no memory for 16 bytes: nothing sensible to do */
+    if (!st) {
+        fprintf(stderr, "%s:%d: mpr_scope_begin: out of memory for the scope stack\n", __FILE__, __LINE__);
+        abort();
+    }
     if (st->depth == st->cap) {
         int ncap = st->cap ? st->cap * 2 : 8;
         scope_t *ns = realloc(st->scopes, (size_t)ncap * sizeof *ns);
-        if (!ns) abort();
+        if (!ns) {
+            fprintf(stderr, "%s:%d: mpr_scope_begin: out of memory for %d scopes\n", __FILE__, __LINE__, ncap);
+            abort();
+        }
         for (int i = st->cap; i < ncap; i++) ns[i] = (scope_t){0};
         st->scopes = ns;
         st->cap = ncap;
