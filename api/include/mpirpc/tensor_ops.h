@@ -180,8 +180,9 @@ mpr_tensor_t *mpr_expand(mpr_tensor_t *t, int ndim, const int64_t *shape);
 mpr_tensor_t *mpr_contiguous(mpr_tensor_t *t);
 
 /* ------------------------------------------------ elementwise (broadcasting)
- * Binary ops broadcast like NumPy/PyTorch; both operands must have the same
- * float dtype. Results are new contiguous tensors. */
+ * Binary ops: a [A...], b [B...] broadcast like NumPy/PyTorch to the result
+ * [broadcast(A, B)]; both operands must have the same float dtype. Unary ops:
+ * a [*] -> [*]. Results are new contiguous tensors. */
 mpr_tensor_t *mpr_add(mpr_tensor_t *a, mpr_tensor_t *b);
 mpr_tensor_t *mpr_sub(mpr_tensor_t *a, mpr_tensor_t *b);
 mpr_tensor_t *mpr_mul(mpr_tensor_t *a, mpr_tensor_t *b);
@@ -205,18 +206,21 @@ mpr_tensor_t *mpr_sigmoid(mpr_tensor_t *a);
 mpr_tensor_t *mpr_gelu(mpr_tensor_t *a);
 
 /* ------------------------------------------------------------- reductions */
-/* Sum / mean of all elements: a 0-d tensor. */
+/* Sum / mean of all elements: a [*] -> 0-d tensor []. */
 mpr_tensor_t *mpr_sum(mpr_tensor_t *a);
 mpr_tensor_t *mpr_mean(mpr_tensor_t *a);
-/* Over `ndims` dims (distinct); keepdim keeps them with size 1. */
+/* Over `ndims` distinct dims (ndims 0 reduces nothing): a [*] -> [*] without
+ * those dims, or with them as size 1 when keepdim. */
 mpr_tensor_t *mpr_sum_dims(mpr_tensor_t *a, int ndims, const int *dims, bool keepdim);
 mpr_tensor_t *mpr_mean_dims(mpr_tensor_t *a, int ndims, const int *dims, bool keepdim);
 /* Max of all elements (0-d); the gradient is split evenly between ties. */
 mpr_tensor_t *mpr_max(mpr_tensor_t *a);
-/* Max along dim. If indices_out is not NULL it receives the int64 argmax
- * tensor (owned like the result). The gradient goes to the argmax element. */
+/* Max along dim: a [*] -> values [*] without dim (size 1 when keepdim). If
+ * indices_out is not NULL it receives the int64 argmax tensor of the same
+ * shape (owned like the result). The gradient goes to the argmax element. */
 mpr_tensor_t *mpr_max_dim(mpr_tensor_t *a, int dim, bool keepdim, mpr_tensor_t **indices_out);
-/* int64 argmax along dim (first maximum); not differentiable. */
+/* int64 argmax along dim (first maximum), shaped as max_dim's values; not
+ * differentiable. */
 mpr_tensor_t *mpr_argmax(mpr_tensor_t *a, int dim, bool keepdim);
 
 /* ----------------------------------------------------------------- matmul */
@@ -235,7 +239,8 @@ void mpr_blas_set_num_threads(int n);
 int mpr_blas_num_threads(void);
 
 /* ------------------------------------------------------ in-place updates
- * Write into `t`'s storage and bump its version counter (backward through a
+ * t [*] (any strides, a view writes through to its base); other/src [*]
+ * broadcastable to t. Write into `t`'s storage and bump its version counter (backward through a
  * graph that saved `t` then fails). On a tensor that requires grad they are
  * refused (MPR_ERR_STATE) unless grad mode is off — wrap optimizer steps in
  * mpr_set_grad_enabled(false). `other` broadcasts to t's shape. */
