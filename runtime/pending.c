@@ -31,6 +31,7 @@ static struct {
     entry_t *buckets[NBUCKETS];
     entry_t *free_list;
     long count, with_deadline;
+    int64_t earliest_ns; /* no deadline before this; 0: none pending */
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 long mpri_pending_count(void) {
@@ -60,7 +61,10 @@ mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, in
     e->next = *b;
     *b = e;
     table.count++;
-    if (deadline_ns) table.with_deadline++;
+    if (deadline_ns) {
+        table.with_deadline++;
+        if (table.earliest_ns == 0 || deadline_ns < table.earliest_ns) table.earliest_ns = deadline_ns;
+    }
     pthread_mutex_unlock(&table.lock);
     return MPR_OK;
 }
@@ -96,14 +100,19 @@ mpr_future_t *mpri_pending_take(uint64_t id) {
 void mpri_pending_expire(int64_t now_ns) {
     entry_t *expired = NULL;
     pthread_mutex_lock(&table.lock);
-    if (table.with_deadline == 0) {
+    /* Scan only once the earliest deadline has passed (it may be stale, i.e.
+     * early, after its entry left: then one scan recomputes it). */
+    if (table.with_deadline == 0 || now_ns < table.earliest_ns) {
         pthread_mutex_unlock(&table.lock);
         return;
     }
+    int64_t earliest = 0;
     for (int i = 0; i < NBUCKETS; i++) {
         entry_t **link = &table.buckets[i];
         while (*link) {
-            if ((*link)->deadline_ns && (*link)->deadline_ns <= now_ns) {
+            int64_t d = (*link)->deadline_ns;
+            if (d && d > now_ns && (earliest == 0 || d < earliest)) earliest = d;
+            if (d && d <= now_ns) {
                 entry_t *e = unlink_locked(link);
                 e->next = expired;
                 expired = e;
@@ -112,6 +121,7 @@ void mpri_pending_expire(int64_t now_ns) {
             }
         }
     }
+    table.earliest_ns = earliest;
     pthread_mutex_unlock(&table.lock);
     while (expired) {
         entry_t *e = expired;

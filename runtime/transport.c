@@ -127,6 +127,19 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     memcpy(m->body.data, h, sizeof *h);
     if (dst == mpri_rt.rank) return send_local(m);
 
+    if (h->tensor_count == 0 && !mpri_in_progress_context()) {
+        /* Small control-free path: one blocking standard send. */
+        atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+        int rc = MPI_Send(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM, mpri_rt.comm);
+        mpri_outmsg_fini(m);
+        if (rc != MPI_SUCCESS) {
+            char text[MPI_MAX_ERROR_STRING];
+            atomic_fetch_sub(&mpri_rt.msgs_sent, 1);
+            return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
+                                 mpri_mpi_error_string(rc, text, sizeof text));
+        }
+        return MPR_OK;
+    }
     int n = 1 + (int)h->tensor_count;
     MPI_Request stack_reqs[8];
     MPI_Request *reqs = n <= 8 ? stack_reqs : malloc(sizeof *reqs * (size_t)n);
