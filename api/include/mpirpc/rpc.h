@@ -17,6 +17,12 @@
  * workers (nested calls); a pool thread that waits helps run other queued
  * requests, so nesting never exhausts the pool.
  *
+ * Tensors travel without a serialization copy: a contiguous tensor is sent
+ * from its storage and received into the new tensor's storage (a strided
+ * view is made contiguous first). A call to the caller's own rank skips MPI
+ * and the callee then shares the caller's tensor storages (mutating an
+ * argument in place is visible to the caller, as with any shared tensor).
+ *
  * Timeouts: timeout_s < 0 (MPR_TIMEOUT_DEFAULT) uses the default from
  * mpr_init_options_t, 0 means none, > 0 seconds. A call that times out fails
  * with MPR_ERR_TIMEOUT; its late reply is dropped.
