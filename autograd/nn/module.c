@@ -2,8 +2,12 @@
  * PyTorch-style dotted names, children, train/eval, zero_grad, forward
  * dispatch and destruction.
  *
+ * Also custom modules (mpr_module_create: user forward, user-registered
+ * children and parameters).
+ *
  * Invariants: a module owns one reference to each of its parameters and owns
- * its children; a child has at most one parent; the flat parameter list is
+ * its children; a child has at most one parent; names within a module are
+ * unique and dot-free; the flat parameter list is
  * rebuilt on demand after any structural change (flat_valid is cleared up the
  * parent chain), and its order is own parameters first (registration order),
  * then each child's list prefixed by "<child name>.". */
@@ -43,48 +47,65 @@ static char *dupstr(const char *s) {
     return d;
 }
 
-mpr_tensor_t *mpri_module_add_param(mpr_module_t *m, const char *name, mpr_dtype_t dtype,
-                                    int ndim, const int64_t *shape, double bound, bool normal,
-                                    mpr_generator_t *gen) {
+/* MPR_OK if `name` can name a new parameter or child of m. */
+static mpr_err_t check_name(const mpr_module_t *m, const char *name) {
+    const char *kind = mpr_module_kind(m);
+    if (!name || !*name || strchr(name, '.'))
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: invalid name '%s' (non-empty, no '.')", kind,
+                             name ? name : "(null)");
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0)
+            return mpr_error_set(MPR_ERR_EXISTS, "%s: a parameter named '%s' already exists", kind,
+                                 name);
+    for (int i = 0; i < m->n_children; i++)
+        if (strcmp(m->children[i].name, name) == 0)
+            return mpr_error_set(MPR_ERR_EXISTS, "%s: a child named '%s' already exists", kind,
+                                 name);
+    return MPR_OK;
+}
+
+/* Appends (name, t) to m's own parameters, taking a reference to t. */
+static mpr_err_t push_param(mpr_module_t *m, const char *name, mpr_tensor_t *t) {
     if (m->n_params == m->cap_params) {
         int cap = m->cap_params ? 2 * m->cap_params : 4;
         mpri_named_tensor_t *p = realloc(m->params, (size_t)cap * sizeof *p);
-        if (!p) {
-            mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", m->vt->kind);
-            return NULL;
-        }
+        if (!p) return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", mpr_module_kind(m));
         m->params = p;
         m->cap_params = cap;
     }
-    mpr_tensor_t *t = mpr_tensor_empty(dtype, ndim, shape);
     char *nm = dupstr(name);
-    if (!t || !nm) {
-        mpr_tensor_release(t);
-        free(nm);
-        if (mpr_last_error_code() == MPR_OK)
-            mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", m->vt->kind);
-        return NULL;
-    }
-    mpr_err_t e = normal ? mpr_normal_(t, 0.0, bound, gen) : mpr_uniform_(t, -bound, bound, gen);
-    if (e == MPR_OK) e = mpr_set_requires_grad(t, true);
-    if (e != MPR_OK) {
-        mpr_tensor_release(t);
-        free(nm);
-        return NULL;
-    }
+    if (!nm) return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", mpr_module_kind(m));
     m->params[m->n_params].name = nm;
-    m->params[m->n_params].t = t;
+    m->params[m->n_params].t = mpr_tensor_retain(t);
     m->n_params++;
     invalidate(m);
-    return t;
+    return MPR_OK;
+}
+
+mpr_tensor_t *mpri_module_add_param(mpr_module_t *m, const char *name, mpr_dtype_t dtype,
+                                    int ndim, const int64_t *shape, double bound, bool normal,
+                                    mpr_generator_t *gen) {
+    if (check_name(m, name) != MPR_OK) return NULL;
+    mpr_tensor_t *t = mpr_tensor_empty(dtype, ndim, shape);
+    if (!t) return NULL;
+    mpr_err_t e = normal ? mpr_normal_(t, 0.0, bound, gen) : mpr_uniform_(t, -bound, bound, gen);
+    if (e == MPR_OK) e = mpr_set_requires_grad(t, true);
+    if (e == MPR_OK) e = push_param(m, name, t);
+    mpr_tensor_release(t); /* the module holds its own reference on success */
+    return e == MPR_OK ? t : NULL;
 }
 
 mpr_err_t mpri_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *child) {
-    if (!child) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: child module is NULL", m->vt->kind);
+    if (!child) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: child module is NULL", mpr_module_kind(m));
     if (child->parent || child == m) {
         /* not ours to destroy: it belongs to another container */
-        return mpr_error_set(MPR_ERR_STATE, "%s: module %s already has a parent", m->vt->kind,
-                             child->vt->kind);
+        return mpr_error_set(MPR_ERR_STATE, "%s: module %s already has a parent",
+                             mpr_module_kind(m), mpr_module_kind(child));
+    }
+    if (check_name(m, name) != MPR_OK) {
+        mpr_err_t e = mpr_last_error_code();
+        mpr_module_destroy(child);
+        return e;
     }
     if (m->n_children == m->cap_children) {
         int cap = m->cap_children ? 2 * m->cap_children : 4;
@@ -120,6 +141,8 @@ static void free_flat(mpr_module_t *m) {
 void mpr_module_destroy(mpr_module_t *m) {
     if (!m) return;
     if (m->vt->destroy) m->vt->destroy(m);
+    if (m->ctx_free) m->ctx_free(m->ctx);
+    free(m->custom_kind);
     for (int i = 0; i < m->n_params; i++) {
         free(m->params[i].name);
         mpr_tensor_release(m->params[i].t);
@@ -135,7 +158,75 @@ void mpr_module_destroy(mpr_module_t *m) {
     free(m);
 }
 
-const char *mpr_module_kind(const mpr_module_t *m) { return m ? m->vt->kind : "?"; }
+const char *mpr_module_kind(const mpr_module_t *m) {
+    if (!m) return "?";
+    return m->custom_kind ? m->custom_kind : m->vt->kind;
+}
+
+/* ------------------------------------------------------- custom modules */
+
+static mpr_tensor_t *custom_forward(mpr_module_t *m, mpr_tensor_t *x) {
+    return m->custom_forward(m, x, m->ctx);
+}
+
+static const mpri_module_vtable_t custom_vt = {"Module", custom_forward, NULL};
+
+mpr_module_t *mpr_module_create(const char *kind, mpr_module_forward_fn forward, void *ctx,
+                                void (*ctx_free)(void *ctx)) {
+    if (!forward) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "module_create: forward function is NULL");
+        return NULL;
+    }
+    mpr_module_t *m = mpri_module_new(&custom_vt);
+    if (!m) return NULL;
+    m->custom_kind = dupstr(kind && *kind ? kind : "Module");
+    if (!m->custom_kind) {
+        mpr_module_destroy(m);
+        mpr_error_set(MPR_ERR_NOMEM, "module_create: out of memory");
+        return NULL;
+    }
+    m->custom_forward = forward;
+    m->ctx = ctx;
+    m->ctx_free = ctx_free;
+    return m;
+}
+
+void *mpr_module_ctx(const mpr_module_t *m) { return m ? m->ctx : NULL; }
+
+/* Built-in layers have a fixed structure their forward relies on. */
+static bool is_container(const mpr_module_t *m) {
+    return m->vt == &custom_vt || strcmp(m->vt->kind, "Sequential") == 0;
+}
+
+mpr_err_t mpr_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *child) {
+    if (!m || !is_container(m)) {
+        if (child && !child->parent) mpr_module_destroy(child);
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "module_add_child: %s cannot take children",
+                             m ? mpr_module_kind(m) : "NULL module");
+    }
+    return mpri_module_add_child(m, name, child);
+}
+
+mpr_module_t *mpr_module_child(mpr_module_t *m, const char *name) {
+    for (int i = 0; m && name && i < m->n_children; i++)
+        if (strcmp(m->children[i].name, name) == 0) return m->children[i].m;
+    mpr_error_set(MPR_ERR_NOT_FOUND, "%s has no child named '%s'", mpr_module_kind(m),
+                  name ? name : "(null)");
+    return NULL;
+}
+
+mpr_err_t mpr_module_add_parameter(mpr_module_t *m, const char *name, mpr_tensor_t *t) {
+    if (!m || !t)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "module_add_parameter: NULL argument");
+    if (m->vt != &custom_vt)
+        return mpr_error_set(MPR_ERR_INVALID_ARG,
+                             "module_add_parameter: %s has a fixed set of parameters",
+                             mpr_module_kind(m));
+    mpr_err_t e = check_name(m, name);
+    if (e == MPR_OK) e = mpr_set_requires_grad(t, true);
+    if (e == MPR_OK) e = push_param(m, name, t);
+    return e;
+}
 
 mpr_tensor_t *mpr_module_forward(mpr_module_t *m, mpr_tensor_t *x) {
     if (!m) {

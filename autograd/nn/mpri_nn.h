@@ -46,6 +46,11 @@ struct mpr_module {
     double dcfg[2];
     bool bcfg[2];
     mpr_generator_t *gen; /* borrowed (Dropout, LSTM dropout) */
+    /* custom modules (mpr_module_create) */
+    char *custom_kind;
+    mpr_module_forward_fn custom_forward;
+    void *ctx;
+    void (*ctx_free)(void *ctx);
 };
 
 /* A new module of the given vtable in train mode (NULL + MPR_ERR_NOMEM). */
@@ -56,7 +61,9 @@ mpr_module_t *mpri_module_new(const mpri_module_vtable_t *vt);
 mpr_tensor_t *mpri_module_add_param(mpr_module_t *m, const char *name, mpr_dtype_t dtype,
                                     int ndim, const int64_t *shape, double bound, bool normal,
                                     mpr_generator_t *gen);
-/* Adds `child` under `name`; takes ownership (destroys the child on failure). */
+/* Adds `child` under `name`; takes ownership (destroys the child on failure,
+ * unless it already has a parent). Checks the name (non-empty, no '.',
+ * unique among m's parameters and children). */
 mpr_err_t mpri_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *child);
 /* The own parameter at index i (BORROWED). */
 static inline mpr_tensor_t *mpri_module_param(const mpr_module_t *m, int i) {

@@ -2,7 +2,8 @@
  * iteration and lookup, default initialization ranges and seeding, train/eval
  * propagation, zero_grad, forward of each layer, LSTM values against PyTorch
  * 1.13 (same parameters set in both), LSTM f64 gradient check through time
- * and layers, and argument errors. */
+ * and layers, custom modules (PyTorch's word_language_model RNNModel with its
+ * state_dict names), and argument errors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -293,11 +294,71 @@ static void test_lstm_cell(void **state) {
     mpr_tensor_release(in[1]);
 }
 
+/* PyTorch's word_language_model RNNModel: encoder -> rnn -> decoder. */
+static mpr_tensor_t *rnn_model_forward(mpr_module_t *self, mpr_tensor_t *tokens, void *ctx) {
+    int *calls = ctx;
+    (*calls)++;
+    mpr_tensor_t *emb = mpr_module_forward(mpr_module_child(self, "encoder"), tokens);
+    mpr_tensor_t *out = mpr_module_forward(mpr_module_child(self, "rnn"), emb);
+    return mpr_module_forward(mpr_module_child(self, "decoder"), out);
+}
+
+static void test_custom_module(void **state) {
+    mpr_generator_t *g = mpr_generator_create(17);
+    int *calls = calloc(1, sizeof *calls);
+    mpr_module_t *m = mpr_module_create("RNNModel", rnn_model_forward, calls, free);
+    assert_string_equal(mpr_module_kind(m), "RNNModel");
+    assert_ptr_equal(mpr_module_ctx(m), calls);
+    assert_int_equal(mpr_module_add_child(m, "encoder", mpr_embedding_create(10, 4, MPR_F32, g)), MPR_OK);
+    assert_int_equal(mpr_module_add_child(m, "rnn", mpr_lstm_create(4, 5, 2, true, false, 0.0, MPR_F32, g)), MPR_OK);
+    assert_int_equal(mpr_module_add_child(m, "decoder", mpr_linear_create(5, 10, true, MPR_F32, g)), MPR_OK);
+    mpr_tensor_t *extra = mpr_zeros(MPR_F32, MPR_SHAPE(3));
+    assert_int_equal(mpr_module_add_parameter(m, "scale", extra), MPR_OK);
+    const char *want[] = {"scale", "encoder.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0",
+                          "rnn.bias_ih_l0", "rnn.bias_hh_l0", "rnn.weight_ih_l1", "rnn.weight_hh_l1",
+                          "rnn.bias_ih_l1", "rnn.bias_hh_l1", "decoder.weight", "decoder.bias"};
+    assert_int_equal(mpr_module_num_parameters(m), 12);
+    for (int i = 0; i < 12; i++) {
+        const char *n;
+        mpr_module_parameter(m, i, &n);
+        assert_string_equal(n, want[i]);
+    }
+    assert_true(mpr_requires_grad(extra));
+    /* bad names and duplicates; built-in layers take no children/parameters */
+    assert_int_equal(mpr_module_add_parameter(m, "scale", extra), MPR_ERR_EXISTS);
+    assert_int_equal(mpr_module_add_child(m, "rnn", mpr_relu_create()), MPR_ERR_EXISTS);
+    assert_int_equal(mpr_module_add_child(m, "a.b", mpr_relu_create()), MPR_ERR_INVALID_ARG);
+    assert_int_equal(mpr_module_add_parameter(mpr_module_child(m, "decoder"), "w2", extra),
+                     MPR_ERR_INVALID_ARG);
+    assert_int_equal(mpr_module_add_child(mpr_module_child(m, "decoder"), "x", mpr_relu_create()),
+                     MPR_ERR_INVALID_ARG);
+    assert_null(mpr_module_child(m, "nope"));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_NOT_FOUND);
+    /* forward [T=3, B=2] tokens -> [3, 2, 10]; gradients reach the encoder */
+    mpr_scope_begin();
+    mpr_tensor_t *tok = tu_i64(MPR_SHAPE(3, 2), (int64_t[]){1, 2, 3, 4, 5, 9});
+    mpr_tensor_t *y = mpr_module_forward(m, tok);
+    assert_non_null(y);
+    assert_int_equal(mpr_tensor_shape(y)[2], 10);
+    assert_int_equal(*calls, 1);
+    mpr_tensor_t *tgt = tu_i64(MPR_SHAPE(6), (int64_t[]){2, 3, 4, 5, 6, 0});
+    assert_int_equal(mpr_backward(mpr_cross_entropy(mpr_reshape(y, 2, (int64_t[]){6, 10}), tgt),
+                                  NULL, false), MPR_OK);
+    mpr_scope_end();
+    const float *ge = mpr_tensor_data(mpr_tensor_grad(mpr_module_get_parameter(m, "encoder.weight")));
+    assert_true(ge[9 * 4] != 0.0f && ge[0] == 0.0f); /* token 9 used, token 0 not */
+    assert_non_null(mpr_tensor_grad(mpr_module_get_parameter(m, "rnn.weight_hh_l1")));
+    mpr_tensor_release(extra);
+    mpr_module_destroy(m); /* frees calls through ctx_free */
+    mpr_generator_destroy(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequential_names), cmocka_unit_test(test_init),
         cmocka_unit_test(test_train_eval_layers), cmocka_unit_test(test_lstm_values),
         cmocka_unit_test(test_lstm_grad),        cmocka_unit_test(test_lstm_cell),
+        cmocka_unit_test(test_custom_module),
     };
     int64_t live = mpr_tensor_live_count();
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -65,6 +65,29 @@ bool mpr_module_is_training(const mpr_module_t *m);
 /* Drop the .grad of every parameter (set_to_none semantics). */
 void mpr_module_zero_grad(mpr_module_t *m);
 
+/* ------------------------------------------------------- custom modules
+ * The C form of `class Net(nn.Module)`: a module whose forward is a user
+ * function, with named children and parameters registered by the user, so
+ * names come out as PyTorch's ("encoder.weight", "rnn.weight_ih_l0", ...).
+ * Names are non-empty, contain no '.', and are unique within a module. */
+typedef mpr_tensor_t *(*mpr_module_forward_fn)(mpr_module_t *self, mpr_tensor_t *x, void *ctx);
+/* kind: shown by mpr_module_kind (copied). ctx: user data passed to forward;
+ * if ctx_free is not NULL the module calls it on ctx when destroyed. */
+mpr_module_t *mpr_module_create(const char *kind, mpr_module_forward_fn forward, void *ctx,
+                                void (*ctx_free)(void *ctx));
+/* The ctx given to mpr_module_create (NULL for built-in modules). */
+void *mpr_module_ctx(const mpr_module_t *m);
+/* Registers `child` under `name`; m takes ownership, also on failure (then it
+ * destroys the child) — except for a child that already has a parent
+ * (MPR_ERR_STATE, nothing changes). Works on any module that is not a
+ * built-in layer (custom modules and Sequential). */
+mpr_err_t mpr_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *child);
+/* The child called `name` (BORROWED), or NULL with MPR_ERR_NOT_FOUND. */
+mpr_module_t *mpr_module_child(mpr_module_t *m, const char *name);
+/* Registers leaf float tensor `t` as parameter `name` (a reference is taken;
+ * requires_grad is set on it). */
+mpr_err_t mpr_module_add_parameter(mpr_module_t *m, const char *name, mpr_tensor_t *t);
+
 /* ---------------------------------------------------------- constructors
  * dtype: MPR_F32 or MPR_F64 for the parameters. gen: NULL for the default
  * generator; borrowed during the call only (Dropout keeps its pointer, see
