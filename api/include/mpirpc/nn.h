@@ -72,7 +72,10 @@ void mpr_module_zero_grad(mpr_module_t *m);
  * Names are non-empty, contain no '.', and are unique within a module. */
 typedef mpr_tensor_t *(*mpr_module_forward_fn)(mpr_module_t *self, mpr_tensor_t *x, void *ctx);
 /* kind: shown by mpr_module_kind (copied). ctx: user data passed to forward;
- * if ctx_free is not NULL the module calls it on ctx when destroyed. */
+ * if ctx_free is not NULL the module calls it on ctx when destroyed.
+ * forward must return a tensor owned like an op result (what ops and
+ * mpr_module_forward return; to return x itself, return
+ * mpr_scope_adopt(mpr_tensor_retain(x))), or NULL with an error set. */
 mpr_module_t *mpr_module_create(const char *kind, mpr_module_forward_fn forward, void *ctx,
                                 void (*ctx_free)(void *ctx));
 /* The ctx given to mpr_module_create (NULL for built-in modules). */
