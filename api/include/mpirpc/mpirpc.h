@@ -7,7 +7,16 @@
 #include "mpirpc/init.h"
 #include "mpirpc/rpc.h"
 #include "mpirpc/rref.h"
-#include "mpirpc/tensor.h"
 #include "mpirpc/value.h"
+
+#include "mpirpc/autograd.h"
+#include "mpirpc/cuda.h"
+#include "mpirpc/data.h"
+#include "mpirpc/nn.h"
+#include "mpirpc/nn_functional.h"
+#include "mpirpc/optim.h"
+#include "mpirpc/tensor.h"
+#include "mpirpc/tensor_io.h"
+#include "mpirpc/tensor_ops.h"
 
 #endif
