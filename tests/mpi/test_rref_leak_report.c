@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     fflush(stderr);
     int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
     CHECK(saved >= 0 && fd >= 0);
-    MPI_Barrier(MPI_COMM_WORLD);
+    mpitest_barrier();
     if (rank == 0) {
         mpr_rref_release(r);
         dup2(fd, 2);

@@ -293,7 +293,7 @@ static void test_object_proxies(void) {
             mpr_value_release(args);
         }
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    mpitest_barrier();
     mpr_rref_t *r = shared;
     if (rank != 0) {
         pthread_mutex_lock(&kept_lock);
@@ -319,13 +319,13 @@ static void test_object_proxies(void) {
     mpr_value_release(v);
     mpr_rref_release(rr);
     mpr_value_release(one);
-    MPI_Barrier(MPI_COMM_WORLD);
+    mpitest_barrier();
     CHECK_OK(mpr_rref_rpc_sync(r, "tracked_get", NULL, 10, &v));
     int64_t x;
     CHECK_OK(mpr_value_get_int(v, &x));
     CHECK(x == (int64_t)N * size);
     mpr_value_release(v);
-    MPI_Barrier(MPI_COMM_WORLD);
+    mpitest_barrier();
     if (rank == 0) {
         /* self on a non-owner is refused with the owner named */
         if (size > 2) {
