@@ -1,12 +1,12 @@
 /* bench_rref.c — RRef benchmark, printing one JSON object per line.
  *
  * Run: mpirun -np 2 ./bench_rref [--quick]
- * In one run, rank 0 against rank 1: the rpc_sync no-op round trip (the
- * reference), remote() + to_here() of a small int (then release), an RRef
- * passed as a call argument: owner -> user (rank 0's OwnerRRef to rank 1: a
- * fork registered at send, a user delete after the call) and user -> owner
- * (rank 0's UserRRef back to its owner: a child accept), and the ratios to
- * the no-op. Medians over many iterations; rank 0 prints. */
+ * In one run, rank 0 against rank 1, interleaved iteration by iteration: the
+ * rpc_sync no-op round trip (the reference), remote() + to_here() of a small
+ * int (then release), an RRef passed as a call argument: owner -> user (rank
+ * 0's OwnerRRef to rank 1: a fork registered at send, a user delete after the
+ * call) and user -> owner (rank 0's UserRRef back to its owner: a child
+ * accept); then the ratios to the no-op. Medians; rank 0 prints. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,76 +92,63 @@ int main(int argc, char **argv) {
     if ((e = mpr_init(NULL))) die("mpr_init", e);
 
     int n = quick ? 1000 : 10000;
-    double *t = malloc(sizeof *t * (size_t)n);
-    double noop = 0, remote = 0, fork_ou = 0, fork_uo = 0;
+    enum { NOOP, REMOTE, FORK_OU, FORK_UO, NKIND };
+    static const char *names[NKIND] = {"rpc_sync_noop", "remote_to_here", "rref_arg_fork", "rref_arg_user_to_owner"};
+    double *t[NKIND], med[NKIND] = {0};
+    for (int k = 0; k < NKIND; k++) t[k] = malloc(sizeof *t[k] * (size_t)n);
     mpr_value_t *r = NULL;
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
-        /* rpc_sync no-op */
-        for (int i = -n / 10; i < n; i++) {
-            double t0 = MPI_Wtime();
-            if ((e = mpr_rpc_sync(mpr_to_rank(1), "noop", NULL, 0, &r))) die("rpc_sync", e);
-            if (i >= 0) t[i] = MPI_Wtime() - t0;
-            mpr_value_release(r);
-        }
-        noop = median(t, n);
-        printf("{\"name\":\"rpc_sync_noop\",\"median_us\":%.3f}\n", noop * 1e6);
-        fflush(stdout);
-
-        /* remote() + to_here() */
-        for (int i = -n / 10; i < n; i++) {
-            double t0 = MPI_Wtime();
-            mpr_rref_t *rr = mpr_remote(mpr_to_rank(1), "make_int", NULL, 0);
-            if (!rr) die("remote", mpr_last_error_code());
-            if ((e = mpr_rref_to_here(rr, 0, &r))) die("to_here", e);
-            if (i >= 0) t[i] = MPI_Wtime() - t0;
-            mpr_value_release(r);
-            mpr_rref_release(rr);
-        }
-        remote = median(t, n);
-        printf("{\"name\":\"remote_to_here\",\"median_us\":%.3f}\n", remote * 1e6);
-        fflush(stdout);
-
-        /* an OwnerRRef passed as an argument (owner -> user fork) */
+        /* An OwnerRRef of ours to pass to rank 1 (owner -> user fork), and a
+         * UserRRef of rank 1's to pass back to its owner (child accept). */
         mpr_value_t *v = mpr_value_new_int(7);
         mpr_rref_t *own = mpr_rref_create_local(v);
         mpr_value_release(v);
-        mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_rref(own));
-        for (int i = -n / 10; i < n; i++) {
-            double t0 = MPI_Wtime();
-            if ((e = mpr_rpc_sync(mpr_to_rank(1), "take_rref", args, 0, &r))) die("rref arg", e);
-            if (i >= 0) t[i] = MPI_Wtime() - t0;
-            mpr_value_release(r);
-        }
-        fork_ou = median(t, n);
-        mpr_value_release(args);
-        mpr_rref_release(own);
-        printf("{\"name\":\"rref_arg_fork\",\"median_us\":%.3f,\"direction\":\"owner_to_user\"}\n", fork_ou * 1e6);
-        fflush(stdout);
-
-        /* a UserRRef passed back to its owner (child accept) */
+        mpr_value_t *own_args = mpr_value_list_of(1, mpr_value_new_rref(own));
         mpr_rref_t *user = mpr_remote(mpr_to_rank(1), "make_int", NULL, 0);
         if (!user || (e = mpr_rref_to_here(user, 0, &r))) die("remote", user ? e : mpr_last_error_code());
         mpr_value_release(r);
-        args = mpr_value_list_of(1, mpr_value_new_rref(user));
+        mpr_value_t *user_args = mpr_value_list_of(1, mpr_value_new_rref(user));
+        /* The four round trips interleaved, so each sees the same machine state
+         * (this 2-core machine is shared; phases run one after the other
+         * would compare different load conditions). */
         for (int i = -n / 10; i < n; i++) {
-            double t0 = MPI_Wtime();
-            if ((e = mpr_rpc_sync(mpr_to_rank(1), "take_rref", args, 0, &r))) die("rref arg", e);
-            if (i >= 0) t[i] = MPI_Wtime() - t0;
-            mpr_value_release(r);
+            for (int k = 0; k < NKIND; k++) {
+                double t0 = MPI_Wtime();
+                if (k == NOOP) {
+                    if ((e = mpr_rpc_sync(mpr_to_rank(1), "noop", NULL, 0, &r))) die("rpc_sync", e);
+                } else if (k == REMOTE) {
+                    mpr_rref_t *rr = mpr_remote(mpr_to_rank(1), "make_int", NULL, 0);
+                    if (!rr) die("remote", mpr_last_error_code());
+                    if ((e = mpr_rref_to_here(rr, 0, &r))) die("to_here", e);
+                    if (i >= 0) t[k][i] = MPI_Wtime() - t0;
+                    mpr_rref_release(rr);
+                } else {
+                    if ((e = mpr_rpc_sync(mpr_to_rank(1), "take_rref", k == FORK_OU ? own_args : user_args, 0, &r)))
+                        die("rref arg", e);
+                }
+                if (i >= 0 && k != REMOTE) t[k][i] = MPI_Wtime() - t0;
+                mpr_value_release(r);
+                r = NULL;
+            }
         }
-        fork_uo = median(t, n);
-        mpr_value_release(args);
+        mpr_value_release(own_args);
+        mpr_value_release(user_args);
+        mpr_rref_release(own);
         mpr_rref_release(user);
-        printf("{\"name\":\"rref_arg_user_to_owner\",\"median_us\":%.3f}\n", fork_uo * 1e6);
+        for (int k = 0; k < NKIND; k++) {
+            med[k] = median(t[k], n);
+            printf("{\"name\":\"%s\",\"median_us\":%.3f%s}\n", names[k], med[k] * 1e6,
+                   k == FORK_OU ? ",\"direction\":\"owner_to_user\"" : "");
+        }
         printf("{\"name\":\"rref_ratios\",\"remote_to_here_vs_rpc_sync_noop\":%.2f,\"rref_arg_fork_vs_rpc_sync_noop\":%.2f,"
                "\"rref_arg_user_to_owner_vs_rpc_sync_noop\":%.2f,\"target\":2.5}\n",
-               remote / noop, fork_ou / noop, fork_uo / noop);
+               med[REMOTE] / med[NOOP], med[FORK_OU] / med[NOOP], med[FORK_UO] / med[NOOP]);
         fflush(stdout);
     }
     quiet_barrier();
     drain();
-    free(t);
+    for (int k = 0; k < NKIND; k++) free(t[k]);
     if ((e = mpr_shutdown(true))) die("shutdown", e);
     mpr_debug_info_t d;
     mpr_get_debug_info(&d);
