@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "mpirpc/cuda.h"
+#include "mpirpc/nn_functional.h"
 #include "mpirpc/tensor_ops.h"
 #include "mpri_tensor.h"
 #ifdef MPIRPC_TEST_CUDA_KERNELS
@@ -109,10 +110,11 @@ static void test_transfers(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live);
 }
 
-/* One MLP step (linear, relu, linear, mean of squares) on `device` through the
- * public ops; returns the loss and the weight gradients copied to the CPU. */
-static void mlp_grads(int device, mpr_tensor_t *const *cpu_params, mpr_tensor_t *cpu_x, double *loss,
-                      mpr_tensor_t **grads) {
+/* One MLP step (linear, relu, linear, then the mean of squares, or
+ * cross-entropy against cpu_target when given) on `device` through the public
+ * ops; returns the loss and the weight gradients copied to the CPU. */
+static void mlp_grads(int device, mpr_tensor_t *const *cpu_params, mpr_tensor_t *cpu_x, mpr_tensor_t *cpu_target,
+                      double *loss, mpr_tensor_t **grads) {
     mpr_scope_begin();
     mpr_tensor_t *p[4];
     for (int i = 0; i < 4; i++) {
@@ -123,7 +125,7 @@ static void mlp_grads(int device, mpr_tensor_t *const *cpu_params, mpr_tensor_t 
     mpr_tensor_t *x = mpr_to_device(cpu_x, device);
     mpr_tensor_t *h = mpr_relu(mpr_linear(x, p[0], p[1]));
     mpr_tensor_t *y = mpr_linear(h, p[2], p[3]);
-    mpr_tensor_t *l = mpr_mean(mpr_mul(y, y));
+    mpr_tensor_t *l = cpu_target ? mpr_cross_entropy(y, mpr_to_device(cpu_target, device)) : mpr_mean(mpr_mul(y, y));
     if (!l) fail_msg("forward on device %d: %s", device, mpr_last_error());
     if (mpr_backward(l, NULL, false) != MPR_OK) fail_msg("backward on device %d: %s", device, mpr_last_error());
     assert_int_equal(mpr_item(mpr_to_device(l, -1), loss), MPR_OK);
@@ -132,7 +134,8 @@ static void mlp_grads(int device, mpr_tensor_t *const *cpu_params, mpr_tensor_t 
 }
 
 /* The same small MLP step on the CPU and on cuda:0 (ops dispatched through the
- * CUDA backend: cuBLAS GEMMs, elementwise kernels, reductions) agrees. */
+ * CUDA backend: cuBLAS GEMMs, elementwise kernels, reductions, the
+ * cross-entropy kernels) agrees, with a mean-of-squares and a cross-entropy loss. */
 static void test_mlp_step_on_gpu(void **state) {
     if (!have_gpu()) skip();
     int64_t live = mpr_tensor_live_count();
@@ -142,17 +145,24 @@ static void test_mlp_step_on_gpu(void **state) {
                                mpr_uniform(MPR_F32, MPR_SHAPE(5, 32), -0.3, 0.3, g),
                                mpr_uniform(MPR_F32, MPR_SHAPE(5), -0.3, 0.3, g)};
     mpr_tensor_t *x = mpr_rand(MPR_F32, MPR_SHAPE(16, 20), g);
-    double lc, lg;
-    mpr_tensor_t *gc[4], *gg[4];
-    mlp_grads(-1, params, x, &lc, gc);
-    mlp_grads(0, params, x, &lg, gg);
-    assert_true(fabs(lc - lg) <= 1e-5 * fabs(lc) + 1e-6);
-    for (int i = 0; i < 4; i++) {
-        if (!mpr_allclose(gg[i], gc[i], 1e-4, 1e-5)) fail_msg("gradient %d differs between CPU and cuda:0", i);
-        mpr_tensor_release(gc[i]);
-        mpr_tensor_release(gg[i]);
-        mpr_tensor_release(params[i]);
+    int64_t th[16];
+    for (int i = 0; i < 16; i++) th[i] = (i * 7) % 5;
+    mpr_tensor_t *target = mpr_from_buffer(MPR_I64, MPR_SHAPE(16), th);
+    for (int with_ce = 0; with_ce < 2; with_ce++) {
+        double lc, lg;
+        mpr_tensor_t *gc[4], *gg[4];
+        mlp_grads(-1, params, x, with_ce ? target : NULL, &lc, gc);
+        mlp_grads(0, params, x, with_ce ? target : NULL, &lg, gg);
+        assert_true(fabs(lc - lg) <= 1e-5 * fabs(lc) + 1e-6);
+        for (int i = 0; i < 4; i++) {
+            if (!mpr_allclose(gg[i], gc[i], 1e-4, 1e-5))
+                fail_msg("gradient %d differs between CPU and cuda:0 (%s)", i, with_ce ? "cross-entropy" : "mse");
+            mpr_tensor_release(gc[i]);
+            mpr_tensor_release(gg[i]);
+        }
     }
+    for (int i = 0; i < 4; i++) mpr_tensor_release(params[i]);
+    mpr_tensor_release(target);
     mpr_tensor_release(x);
     mpr_generator_destroy(g);
     assert_int_equal(mpr_tensor_live_count(), live);
