@@ -109,6 +109,10 @@ static void handle_call(mpri_msg_t *msg) {
     name[name_len] = '\0';
     const mpri_function_t *fn = mpri_registry_find(msg->hdr.function_id);
     if (!fn) {
+        /* Decode anyway: RRefs among the arguments must complete their fork
+         * protocol (their senders wait for the child accepts). */
+        mpr_value_t *unused = NULL;
+        if (mpri_msg_decode_value(msg, 2u + name_len, &unused) == MPR_OK) mpr_value_release(unused);
         char text[600];
         snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
                  self_name(), mpri_rt.rank, name, self_name());

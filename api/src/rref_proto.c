@@ -493,6 +493,8 @@ static void handle_remote_call(mpri_msg_t *msg) {
     q->owner = o;
     q->fn = mpri_registry_find(msg->hdr.function_id);
     if (!q->fn) {
+        mpr_value_t *unused = NULL; /* decoded anyway: RRef arguments must complete their forks */
+        if (mpri_msg_decode_value(msg, 2u + name_len + 24u, &unused) == MPR_OK) mpr_value_release(unused);
         char text[600];
         snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
                  self_name(), mpri_rt.rank, name, self_name());

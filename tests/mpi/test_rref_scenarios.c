@@ -374,6 +374,25 @@ static void test_failed_creation(void) {
     CHECK_CONTAINS(mpr_last_error(), "worker1");
     mpr_rref_release(r);
     wait_owner_state(B(), 0, 0);
+    /* an RRef sent to an unknown function still completes its fork protocol */
+    mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_int(2));
+    r = mpr_remote(mpr_to_rank(B()), "make_tracked", a, MPR_TIMEOUT_DEFAULT);
+    mpr_value_release(a);
+    a = mpr_value_list_of(1, mpr_value_new_rref(r));
+    for (int dst = 0; dst < size; dst++) {
+        CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "no_such_function", a, 10, &v), MPR_ERR_UNKNOWN_FUNCTION);
+        mpr_rref_t *rr = mpr_remote(mpr_to_rank(dst), "no_such_function", a, 10);
+        CHECK_ERR(mpr_rref_to_here(rr, 10, &v), MPR_ERR_UNKNOWN_FUNCTION);
+        mpr_rref_release(rr);
+    }
+    mpr_value_release(a);
+    mpr_rref_release(r);
+    double t0 = now_s();
+    for (mpr_debug_info_t d = {0}; mpr_get_debug_info(&d) == MPR_OK && d.rref_pending_children;) {
+        CHECK(now_s() - t0 < 10);
+        usleep(1000);
+    }
+    for (int dst = 0; dst < size; dst++) wait_owner_state(dst, 0, 0);
     /* local problems are returned at once */
     CHECK(mpr_remote(mpr_to_rank(size), "make_int", NULL, 1) == NULL);
     CHECK(mpr_last_error_code() == MPR_ERR_NOT_FOUND);
