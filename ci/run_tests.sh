@@ -16,6 +16,17 @@ cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPIRPC_WERROR=ON
 cmake --build build-ci -j"$jobs"
 (cd build-ci && ctest --output-on-failure)
 
+# The CUDA backend is compiled wherever nvcc exists; its GPU tests skip with a
+# message when no GPU is visible.
+nvcc=$(command -v nvcc || true)
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+if [ -n "$nvcc" ]; then
+  cmake -S . -B build-ci-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPIRPC_WERROR=ON -DMPIRPC_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER="$nvcc"
+  cmake --build build-ci-cuda -j"$jobs"
+  (cd build-ci-cuda && ctest --output-on-failure -R "test_cuda|test_tensor|test_rt_")
+fi
+
 if [ "${1:-}" != "--no-sanitizers" ]; then
   cmake -S . -B build-ci-asan -DCMAKE_BUILD_TYPE=Debug -DMPIRPC_SANITIZE=ON -DMPIRPC_WERROR=ON
   cmake --build build-ci-asan -j"$jobs"

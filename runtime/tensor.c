@@ -181,6 +181,8 @@ size_t mpr_tensor_nbytes(const mpr_tensor_t *t) {
 }
 
 bool mpr_tensor_is_contiguous(const mpr_tensor_t *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true; /* no elements: any strides describe it */
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expect) return false;

@@ -91,6 +91,15 @@ static void test_tensors_round_trip(void **state) {
             mpr_tensor_release(ts[i]);
         }
     }
+    /* empty tensors are contiguous whatever their strides */
+    int64_t empty_shape[3] = {3, 0, 2};
+    mpr_tensor_t *empty = mpr_tensor_empty(MPR_F32, 3, empty_shape);
+    assert_true(mpr_tensor_is_contiguous(empty));
+    mpr_value_t *ev = mpr_value_new_tensor(empty), *eout = round_trip(ev);
+    assert_true(mpr_value_equal(ev, eout));
+    mpr_value_release(eout);
+    mpr_value_release(ev);
+    mpr_tensor_release(empty);
     /* a non-contiguous view is sent as its contiguous copy */
     int64_t shape[2] = {3, 4}, tshape[2] = {4, 3}, tstrides[2] = {1, 4};
     mpr_tensor_t *base = make_tensor(MPR_F32, 2, shape);
