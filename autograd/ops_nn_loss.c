@@ -1,20 +1,31 @@
 /* ops_nn_loss.c — nll_loss, cross_entropy (fused log_softmax + nll) and
- * mse_loss, mean reduction, with backward.
+ * mse_loss, mean reduction, with backward, on CPU tensors and (in a CUDA
+ * build) on GPU tensors through the CUDA twins of the kernels.
  *
- * Invariants: class targets are int64, validated to lie in [0, C) (or equal
- * ignore_index) before any computation; the loss is a 0-d tensor of the
- * input's dtype; the number of counted rows is fixed at forward time and
- * stored in the node, so backward divides by the same count. cross_entropy
- * saves only the logits, the targets and the per-row log-sum-exp (not the
- * [N, C] probabilities). */
+ * Invariants: class targets are int64, on the input's device, and validated
+ * to lie in [0, C) (or equal ignore_index) before any computation (GPU
+ * targets are copied to the host for the check); the loss is a 0-d tensor of
+ * the input's dtype on its device; the number of counted rows is fixed at
+ * forward time and stored in the node, so backward divides by the same
+ * count. cross_entropy saves only the logits, the targets and the per-row
+ * log-sum-exp (not the [N, C] probabilities). */
+#include <stdlib.h>
+
 #include "mpri_nn_ops.h"
 
-/* Checks input [N, C] / target [N] (or input [C] / target 0-d) and gives N, C. */
+/* Checks input [N, C] / target [N] (or input [C] / target 0-d), same device. */
 static mpr_err_t check_class_args(const char *op, const mpr_tensor_t *x, const mpr_tensor_t *t,
-                                  int64_t ignore_index, int64_t *N, int64_t *C) {
-    mpr_err_t e = mpri_nn_check_float_cpu(op, x);
-    if (e == MPR_OK) e = mpri_nn_check_index(op, "target", t);
+                                  int64_t *N, int64_t *C) {
+    mpr_err_t e = mpri_check_float(op, x);
     if (e != MPR_OK) return e;
+    if (t->dtype != MPR_I64)
+        return mpr_error_set(MPR_ERR_DTYPE, "%s: target must be int64, got %s", op,
+                             mpr_dtype_name(t->dtype));
+    int dev = mpri_nn_dev(x);
+    if (mpri_nn_dev(t) != dev)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: input is on device %d, target on device %d",
+                             op, dev, mpri_nn_dev(t));
+    if (dev >= 0 && (e = mpri_nn_need_cuda(op, dev)) != MPR_OK) return e;
     char bx[96], bt[96];
     if (!((x->ndim == 2 && t->ndim == 1 && t->shape[0] == x->shape[0]) ||
           (x->ndim == 1 && t->ndim == 0)))
@@ -27,6 +38,19 @@ static mpr_err_t check_class_args(const char *op, const mpr_tensor_t *x, const m
     return MPR_OK;
 }
 
+/* Range check of the contiguous target tc [N] (copied to the host if on a GPU). */
+static mpr_err_t check_targets(const char *op, const mpr_tensor_t *tc, int64_t N, int64_t C,
+                               int64_t ignore_index) {
+    int dev = mpri_nn_dev(tc);
+    if (dev < 0) return mpri_nn_check_range(op, "target", mpr_tensor_data(tc), N, C, ignore_index);
+    int64_t *h = malloc(sizeof(int64_t) * (size_t)(N ? N : 1));
+    if (!h) return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", op);
+    mpr_err_t e = mpri_nn_to_host(h, mpr_tensor_data(tc), dev, sizeof(int64_t) * (size_t)N);
+    if (e == MPR_OK) e = mpri_nn_check_range(op, "target", h, N, C, ignore_index);
+    free(h);
+    return e;
+}
+
 /* ------------------------------------------------------------- nll_loss */
 
 static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
@@ -34,17 +58,29 @@ static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     if (!t) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     double g;
-    if (mpr_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
+    if (mpri_nn_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
     const mpri_tensor_meta_t *m = &n->in_meta[0];
     int64_t N = m->ndim == 2 ? m->shape[0] : 1, C = m->shape[m->ndim - 1];
-    mpr_tensor_t *gx = mpr_tensor_empty(m->dtype, m->ndim, m->shape);
+    int dev = mpri_nn_dev(t);
+    mpr_tensor_t *gx = mpri_empty_on(dev, m->dtype, m->ndim, m->shape);
     if (!gx) return mpr_last_error_code();
-    if (m->dtype == MPR_F32)
+    mpr_err_t e = MPR_OK;
+    if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+        e = mpri_cuda_nll_loss_bwd(dev, m->dtype, mpr_tensor_data(t), N, C, n->iparam[0],
+                                   n->iparam[1], g, mpr_tensor_data(gx));
+#endif
+    } else if (m->dtype == MPR_F32) {
         mpri_nll_loss_bwd_f32(mpr_tensor_data(t), N, C, n->iparam[0], n->iparam[1], g,
                               mpr_tensor_data(gx));
-    else
+    } else {
         mpri_nll_loss_bwd_f64(mpr_tensor_data(t), N, C, n->iparam[0], n->iparam[1], g,
                               mpr_tensor_data(gx));
+    }
+    if (e != MPR_OK) {
+        mpr_tensor_release(gx);
+        return e;
+    }
     gin[0] = mpri_result(gx);
     return MPR_OK;
 }
@@ -53,34 +89,37 @@ static const mpri_op_def_t nll_def = {"nll_loss", nll_backward, NULL};
 
 mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t ignore_index) {
     if (!logp || !target) return NULL;
+    const char *op = "nll_loss";
     int64_t N, C;
-    if (check_class_args("nll_loss", logp, target, ignore_index, &N, &C) != MPR_OK) return NULL;
-    mpr_tensor_t *xc = mpr_tensor_contiguous(logp), *tc = mpr_tensor_contiguous(target);
-    mpr_tensor_t *out = mpr_tensor_empty(logp->dtype, 0, NULL);
-    if (!xc || !tc || !out ||
-        mpri_nn_check_range("nll_loss", "target", mpr_tensor_data(tc), N, C, ignore_index) != MPR_OK) {
-        mpr_tensor_release(xc);
-        mpr_tensor_release(tc);
-        mpr_tensor_release(out);
-        return NULL;
+    if (check_class_args(op, logp, target, &N, &C) != MPR_OK) return NULL;
+    int dev = mpri_nn_dev(logp);
+    mpr_tensor_t *xc = mpri_contiguous_raw(logp), *tc = mpri_contiguous_raw(target), *out = NULL;
+    mpr_err_t e = (!xc || !tc) ? mpr_last_error_code() : check_targets(op, tc, N, C, ignore_index);
+    int64_t count = 0;
+    double loss = 0;
+    if (e == MPR_OK) {
+        if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+            e = mpri_cuda_nll_loss_fwd(dev, logp->dtype, mpr_tensor_data(xc), mpr_tensor_data(tc), N,
+                                       C, ignore_index, &loss, &count);
+#endif
+        } else if (logp->dtype == MPR_F32) {
+            loss = mpri_nll_loss_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
+                                         ignore_index, &count);
+        } else {
+            loss = mpri_nll_loss_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
+                                         ignore_index, &count);
+        }
     }
-    int64_t count;
-    double loss;
-    if (logp->dtype == MPR_F32) {
-        loss = mpri_nll_loss_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C, ignore_index,
-                                     &count);
-        *(float *)mpr_tensor_data(out) = (float)loss;
-    } else {
-        loss = mpri_nll_loss_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C, ignore_index,
-                                     &count);
-        *(double *)mpr_tensor_data(out) = loss;
-    }
+    if (e == MPR_OK) out = mpri_nn_scalar_on(dev, logp->dtype, loss);
     mpr_tensor_release(xc);
-    mpri_node_t *n = mpri_record(&nll_def, 1, &logp, out);
-    if (n) {
-        n->iparam[0] = ignore_index;
-        n->iparam[1] = count;
-        mpri_node_save(n, tc);
+    if (out) {
+        mpri_node_t *n = mpri_record(&nll_def, 1, &logp, out);
+        if (n) {
+            n->iparam[0] = ignore_index;
+            n->iparam[1] = count;
+            mpri_node_save(n, tc);
+        }
     }
     mpr_tensor_release(tc);
     return mpri_result(out);
@@ -98,16 +137,29 @@ static mpr_err_t ce_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tens
     if (!x || !t || !lse) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     double g;
-    if (mpr_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
+    if (mpri_nn_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
     int64_t N = x->ndim == 2 ? x->shape[0] : 1, C = x->shape[x->ndim - 1];
-    mpr_tensor_t *gx = mpr_tensor_empty(x->dtype, x->ndim, x->shape);
+    int dev = mpri_nn_dev(x);
+    mpr_tensor_t *gx = mpri_empty_on(dev, x->dtype, x->ndim, x->shape);
     if (!gx) return mpr_last_error_code();
-    if (x->dtype == MPR_F32)
+    mpr_err_t e = MPR_OK;
+    if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+        e = mpri_cuda_cross_entropy_bwd(dev, x->dtype, mpr_tensor_data(x), mpr_tensor_data(t),
+                                        mpr_tensor_data(lse), N, C, n->iparam[0], n->iparam[1], g,
+                                        mpr_tensor_data(gx));
+#endif
+    } else if (x->dtype == MPR_F32) {
         mpri_cross_entropy_bwd_f32(mpr_tensor_data(x), mpr_tensor_data(t), mpr_tensor_data(lse), N,
                                    C, n->iparam[0], n->iparam[1], g, mpr_tensor_data(gx));
-    else
+    } else {
         mpri_cross_entropy_bwd_f64(mpr_tensor_data(x), mpr_tensor_data(t), mpr_tensor_data(lse), N,
                                    C, n->iparam[0], n->iparam[1], g, mpr_tensor_data(gx));
+    }
+    if (e != MPR_OK) {
+        mpr_tensor_release(gx);
+        return e;
+    }
     gin[0] = mpri_result(gx);
     return MPR_OK;
 }
@@ -117,39 +169,43 @@ static const mpri_op_def_t ce_def = {"cross_entropy", ce_backward, NULL};
 mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
                                    int64_t ignore_index) {
     if (!logits || !target) return NULL;
+    const char *op = "cross_entropy";
     int64_t N, C;
-    if (check_class_args("cross_entropy", logits, target, ignore_index, &N, &C) != MPR_OK)
-        return NULL;
-    mpr_tensor_t *xc = mpr_tensor_contiguous(logits), *tc = mpr_tensor_contiguous(target);
-    mpr_tensor_t *out = mpr_tensor_empty(logits->dtype, 0, NULL);
-    mpr_tensor_t *lse = mpr_tensor_empty(logits->dtype, 1, (int64_t[]){N});
-    if (!xc || !tc || !out || !lse ||
-        mpri_nn_check_range("cross_entropy", "target", mpr_tensor_data(tc), N, C, ignore_index) !=
-            MPR_OK) {
-        mpr_tensor_release(xc);
-        mpr_tensor_release(tc);
-        mpr_tensor_release(out);
-        mpr_tensor_release(lse);
-        return NULL;
+    if (check_class_args(op, logits, target, &N, &C) != MPR_OK) return NULL;
+    int dev = mpri_nn_dev(logits);
+    mpr_tensor_t *xc = mpri_contiguous_raw(logits), *tc = mpri_contiguous_raw(target);
+    mpr_tensor_t *lse = mpri_empty_on(dev, logits->dtype, 1, (int64_t[]){N}), *out = NULL;
+    mpr_err_t e = (!xc || !tc || !lse) ? mpr_last_error_code()
+                                       : check_targets(op, tc, N, C, ignore_index);
+    int64_t count = 0;
+    double loss = 0;
+    if (e == MPR_OK) {
+        if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+            e = mpri_cuda_cross_entropy_fwd(dev, logits->dtype, mpr_tensor_data(xc),
+                                            mpr_tensor_data(tc), N, C, ignore_index,
+                                            mpr_tensor_data(lse), &loss, &count);
+#endif
+        } else if (logits->dtype == MPR_F32) {
+            loss = mpri_cross_entropy_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
+                                              ignore_index, mpr_tensor_data(lse), &count);
+        } else {
+            loss = mpri_cross_entropy_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
+                                              ignore_index, mpr_tensor_data(lse), &count);
+        }
     }
-    int64_t count;
-    if (logits->dtype == MPR_F32)
-        *(float *)mpr_tensor_data(out) = (float)mpri_cross_entropy_fwd_f32(
-            mpr_tensor_data(xc), mpr_tensor_data(tc), N, C, ignore_index, mpr_tensor_data(lse),
-            &count);
-    else
-        *(double *)mpr_tensor_data(out) = mpri_cross_entropy_fwd_f64(
-            mpr_tensor_data(xc), mpr_tensor_data(tc), N, C, ignore_index, mpr_tensor_data(lse),
-            &count);
-    mpri_node_t *n = mpri_record(&ce_def, 1, &logits, out);
-    if (n) {
-        n->iparam[0] = ignore_index;
-        n->iparam[1] = count;
-        /* The contiguous logits: when `logits` was already contiguous this is
-         * the same storage, so in-place changes are detected by version. */
-        mpri_node_save(n, xc);
-        mpri_node_save(n, tc);
-        mpri_node_save(n, lse);
+    if (e == MPR_OK) out = mpri_nn_scalar_on(dev, logits->dtype, loss);
+    if (out) {
+        mpri_node_t *n = mpri_record(&ce_def, 1, &logits, out);
+        if (n) {
+            n->iparam[0] = ignore_index;
+            n->iparam[1] = count;
+            /* The contiguous logits: when `logits` was already contiguous this is
+             * the same storage, so in-place changes are detected by version. */
+            mpri_node_save(n, xc);
+            mpri_node_save(n, tc);
+            mpri_node_save(n, lse);
+        }
     }
     mpr_tensor_release(xc);
     mpr_tensor_release(tc);
@@ -168,21 +224,30 @@ static mpr_err_t mse_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     if (!a || !b) return mpr_last_error_code();
     bool need_a = mpri_node_needs_grad(n, 0), need_b = mpri_node_needs_grad(n, 1);
     double g;
-    if (mpr_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
-    mpr_tensor_t *ga = need_a ? mpr_tensor_empty(a->dtype, a->ndim, a->shape) : NULL;
-    mpr_tensor_t *gb = need_b ? mpr_tensor_empty(b->dtype, b->ndim, b->shape) : NULL;
-    if ((need_a && !ga) || (need_b && !gb)) {
+    if (mpri_nn_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
+    int dev = mpri_nn_dev(a);
+    mpr_tensor_t *ga = need_a ? mpri_empty_on(dev, a->dtype, a->ndim, a->shape) : NULL;
+    mpr_tensor_t *gb = need_b ? mpri_empty_on(dev, b->dtype, b->ndim, b->shape) : NULL;
+    mpr_err_t e = ((need_a && !ga) || (need_b && !gb)) ? mpr_last_error_code() : MPR_OK;
+    int64_t numel = mpr_tensor_numel(a);
+    void *gad = ga ? mpr_tensor_data(ga) : NULL, *gbd = gb ? mpr_tensor_data(gb) : NULL;
+    if (e == MPR_OK) {
+        if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+            e = mpri_cuda_mse_loss_bwd(dev, a->dtype, mpr_tensor_data(a), mpr_tensor_data(b), numel,
+                                       g, gad, gbd);
+#endif
+        } else if (a->dtype == MPR_F32) {
+            mpri_mse_loss_bwd_f32(mpr_tensor_data(a), mpr_tensor_data(b), numel, g, gad, gbd);
+        } else {
+            mpri_mse_loss_bwd_f64(mpr_tensor_data(a), mpr_tensor_data(b), numel, g, gad, gbd);
+        }
+    }
+    if (e != MPR_OK) {
         mpr_tensor_release(ga);
         mpr_tensor_release(gb);
-        return mpr_last_error_code();
+        return e;
     }
-    int64_t numel = mpr_tensor_numel(a);
-    if (a->dtype == MPR_F32)
-        mpri_mse_loss_bwd_f32(mpr_tensor_data(a), mpr_tensor_data(b), numel, g,
-                              ga ? mpr_tensor_data(ga) : NULL, gb ? mpr_tensor_data(gb) : NULL);
-    else
-        mpri_mse_loss_bwd_f64(mpr_tensor_data(a), mpr_tensor_data(b), numel, g,
-                              ga ? mpr_tensor_data(ga) : NULL, gb ? mpr_tensor_data(gb) : NULL);
     gin[0] = mpri_result(ga);
     gin[1] = mpri_result(gb);
     return MPR_OK;
@@ -193,34 +258,44 @@ static const mpri_op_def_t mse_def = {"mse_loss", mse_backward, NULL};
 mpr_tensor_t *mpr_mse_loss(mpr_tensor_t *input, mpr_tensor_t *target) {
     if (!input || !target) return NULL;
     const char *op = "mse_loss";
-    if (mpri_nn_check_float_cpu(op, input) != MPR_OK || mpri_nn_check_cpu(op, target) != MPR_OK ||
-        mpri_check_same_dtype(op, input, target) != MPR_OK)
+    int dev = mpri_nn_dev(input);
+    if (mpri_check_float(op, input) != MPR_OK || mpri_check_same_dtype(op, input, target) != MPR_OK)
         return NULL;
+    if (mpri_nn_dev(target) != dev) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "mse_loss: input is on device %d, target on device %d",
+                      dev, mpri_nn_dev(target));
+        return NULL;
+    }
+    if (dev >= 0 && mpri_nn_need_cuda(op, dev) != MPR_OK) return NULL;
     bool same = input->ndim == target->ndim;
     for (int i = 0; same && i < input->ndim; i++) same = input->shape[i] == target->shape[i];
     if (!same) {
         mpri_err_shape2(op, "input and target must have the same shape, got", input, target);
         return NULL;
     }
-    mpr_tensor_t *ac = mpr_tensor_contiguous(input), *bc = mpr_tensor_contiguous(target);
-    mpr_tensor_t *out = mpr_tensor_empty(input->dtype, 0, NULL);
-    if (!ac || !bc || !out) {
-        mpr_tensor_release(ac);
-        mpr_tensor_release(bc);
-        mpr_tensor_release(out);
-        return NULL;
-    }
+    mpr_tensor_t *ac = mpri_contiguous_raw(input), *bc = mpri_contiguous_raw(target), *out = NULL;
+    mpr_err_t e = (!ac || !bc) ? mpr_last_error_code() : MPR_OK;
     int64_t numel = mpr_tensor_numel(input);
-    if (input->dtype == MPR_F32)
-        *(float *)mpr_tensor_data(out) =
-            (float)mpri_mse_loss_fwd_f32(mpr_tensor_data(ac), mpr_tensor_data(bc), numel);
-    else
-        *(double *)mpr_tensor_data(out) =
-            mpri_mse_loss_fwd_f64(mpr_tensor_data(ac), mpr_tensor_data(bc), numel);
-    mpri_node_t *n = mpri_record(&mse_def, 2, (mpr_tensor_t *[]){input, target}, out);
-    if (n) {
-        mpri_node_save(n, ac);
-        mpri_node_save(n, bc);
+    double loss = 0;
+    if (e == MPR_OK) {
+        if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+            e = mpri_cuda_mse_loss_fwd(dev, input->dtype, mpr_tensor_data(ac), mpr_tensor_data(bc),
+                                       numel, &loss);
+#endif
+        } else if (input->dtype == MPR_F32) {
+            loss = mpri_mse_loss_fwd_f32(mpr_tensor_data(ac), mpr_tensor_data(bc), numel);
+        } else {
+            loss = mpri_mse_loss_fwd_f64(mpr_tensor_data(ac), mpr_tensor_data(bc), numel);
+        }
+    }
+    if (e == MPR_OK) out = mpri_nn_scalar_on(dev, input->dtype, loss);
+    if (out) {
+        mpri_node_t *n = mpri_record(&mse_def, 2, (mpr_tensor_t *[]){input, target}, out);
+        if (n) {
+            mpri_node_save(n, ac);
+            mpri_node_save(n, bc);
+        }
     }
     mpr_tensor_release(ac);
     mpr_tensor_release(bc);

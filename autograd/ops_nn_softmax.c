@@ -3,7 +3,8 @@
  * Invariants: the forward output is what backward saves (both gradients are
  * functions of y alone: softmax dx = y (dy - <dy, y>), log_softmax
  * dx = dy - exp(y) sum(dy)); inputs of any strides are made contiguous first;
- * the kernels (runtime/kernels/cpu_softmax.c) are numerically stable. */
+ * the kernels (runtime/kernels/cpu_softmax.c, and their CUDA twins for
+ * tensors on a GPU) are numerically stable. */
 #include "mpri_nn_ops.h"
 
 static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *gout,
@@ -15,20 +16,32 @@ static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *go
     int64_t outer, inner;
     mpri_nn_split_dims(y->ndim, y->shape, dim, &outer, &inner);
     int64_t len = y->ndim ? y->shape[dim] : 1;
-    mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
-    mpr_tensor_t *gx = mpr_tensor_empty(y->dtype, y->ndim, y->shape);
+    int dev = mpri_nn_dev(y);
+    mpr_tensor_t *gy = mpri_contiguous_raw(gout[0]);
+    mpr_tensor_t *gx = mpri_empty_on(dev, y->dtype, y->ndim, y->shape);
     if (!gy || !gx) {
         mpr_tensor_release(gy);
         mpr_tensor_release(gx);
-        return mpr_error_set(MPR_ERR_NOMEM, "%s backward: out of memory", n->def->name);
+        return mpr_last_error_code();
     }
-    if (y->dtype == MPR_F32)
+    mpr_err_t e = MPR_OK;
+    if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+        e = mpri_cuda_softmax_bwd(dev, y->dtype, mpr_tensor_data(y), mpr_tensor_data(gy),
+                                  mpr_tensor_data(gx), outer, len, inner, is_log);
+#endif
+    } else if (y->dtype == MPR_F32) {
         mpri_softmax_bwd_f32(mpr_tensor_data(y), mpr_tensor_data(gy), mpr_tensor_data(gx), outer,
                              len, inner, is_log);
-    else
+    } else {
         mpri_softmax_bwd_f64(mpr_tensor_data(y), mpr_tensor_data(gy), mpr_tensor_data(gx), outer,
                              len, inner, is_log);
+    }
     mpr_tensor_release(gy);
+    if (e != MPR_OK) {
+        mpr_tensor_release(gx);
+        return e;
+    }
     gin[0] = mpri_result(gx);
     return MPR_OK;
 }
@@ -49,23 +62,36 @@ static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, i
     if (!x) return NULL;
     const char *op = def->name;
     int d;
-    if (mpri_nn_check_float_cpu(op, x) != MPR_OK || mpri_norm_dim(op, dim, x->ndim, &d) != MPR_OK)
+    int dev = mpri_nn_dev(x);
+    if (mpri_check_float(op, x) != MPR_OK || (dev >= 0 && mpri_nn_need_cuda(op, dev) != MPR_OK) ||
+        mpri_norm_dim(op, dim, x->ndim, &d) != MPR_OK)
         return NULL;
     int64_t outer, inner;
     mpri_nn_split_dims(x->ndim, x->shape, d, &outer, &inner);
     int64_t len = x->ndim ? x->shape[d] : 1;
-    mpr_tensor_t *xc = mpr_tensor_contiguous(x);
+    mpr_tensor_t *xc = mpri_contiguous_raw(x);
     if (!xc) return NULL;
-    mpr_tensor_t *y = mpr_tensor_empty(x->dtype, x->ndim, x->shape);
+    mpr_tensor_t *y = mpri_empty_on(dev, x->dtype, x->ndim, x->shape);
     if (!y) {
         mpr_tensor_release(xc);
         return NULL;
     }
-    if (x->dtype == MPR_F32)
+    mpr_err_t e = MPR_OK;
+    if (dev >= 0) {
+#ifdef MPIRPC_HAVE_CUDA
+        e = mpri_cuda_softmax_fwd(dev, x->dtype, mpr_tensor_data(xc), mpr_tensor_data(y), outer,
+                                  len, inner, is_log);
+#endif
+    } else if (x->dtype == MPR_F32) {
         mpri_softmax_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(y), outer, len, inner, is_log);
-    else
+    } else {
         mpri_softmax_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(y), outer, len, inner, is_log);
+    }
     mpr_tensor_release(xc);
+    if (e != MPR_OK) {
+        mpr_tensor_release(y);
+        return NULL;
+    }
     mpri_node_t *n = mpri_record(def, 1, &x, y);
     if (n) {
         n->iparam[0] = d;

@@ -1,12 +1,14 @@
 /* test_ops_softmax_loss.c — softmax, log_softmax, nll_loss, cross_entropy and
  * mse_loss: values against PyTorch 1.13 (numbers printed by torch for the same
  * inputs), f64 gradient checks against central differences, numerical
- * stability on large logits, and argument errors. */
+ * stability on large logits, argument errors, and (when a GPU is visible) the
+ * CUDA path against the CPU one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "mpirpc/cuda.h"
 #include "nn_test_util.h"
 
 static const double X34[12] = {1, 2, 3, 4, -1, 0.5, 0, 2, 100, 100, -100, 0};
@@ -148,11 +150,55 @@ static void test_loss_errors(void **state) {
     mpr_tensor_release(yf);
 }
 
+/* The same loss on CPU and on cuda:0 (through the differentiable device
+ * copy): values and the gradient reaching the CPU leaf must agree. */
+typedef mpr_tensor_t *(*loss2_fn)(mpr_tensor_t *x, mpr_tensor_t *t, mpr_tensor_t *u);
+static mpr_tensor_t *l_ce(mpr_tensor_t *x, mpr_tensor_t *t, mpr_tensor_t *u) { return mpr_cross_entropy(x, t); }
+static mpr_tensor_t *l_nll(mpr_tensor_t *x, mpr_tensor_t *t, mpr_tensor_t *u) {
+    return mpr_nll_loss(mpr_log_softmax(x, 1), t);
+}
+static mpr_tensor_t *l_sm(mpr_tensor_t *x, mpr_tensor_t *t, mpr_tensor_t *u) {
+    return mpr_mse_loss(mpr_softmax(x, 0), u);
+}
+
+static void test_cuda_matches_cpu(void **state) {
+    if (mpr_cuda_device_count() < 1) {
+        print_message("skipping: %s\n", mpr_cuda_is_built() ? "no CUDA device visible"
+                                                             : "mpirpc built without CUDA");
+        return;
+    }
+    loss2_fn fns[3] = {l_ce, l_nll, l_sm};
+    for (int dt = 0; dt < 2; dt++)
+        for (int f = 0; f < 3; f++) {
+            mpr_dtype_t dtype = dt ? MPR_F64 : MPR_F32;
+            mpr_scope_begin();
+            /* everything below is owned by the scope */
+            mpr_tensor_t *x = mpr_randn(dtype, MPR_SHAPE(7, 5), NULL);
+            mpr_tensor_t *u = mpr_rand(dtype, MPR_SHAPE(7, 5), NULL);
+            assert_int_equal(mpr_set_requires_grad(x, true), MPR_OK);
+            mpr_tensor_t *t = tu_i64(MPR_SHAPE(7), (int64_t[]){0, 4, 4, 2, -100, 1, 3});
+            double lc, lg;
+            mpr_tensor_t *loss_c = fns[f](x, t, u);
+            assert_int_equal(mpr_item(loss_c, &lc), MPR_OK);
+            assert_int_equal(mpr_backward(loss_c, NULL, false), MPR_OK);
+            mpr_tensor_t *gc = mpr_clone(mpr_tensor_grad(x));
+            mpr_zero_grad(x);
+            mpr_tensor_t *loss_g = fns[f](mpr_to_device(x, 0), mpr_to_device(t, 0), mpr_to_device(u, 0));
+            assert_non_null(loss_g);
+            assert_int_equal(mpr_tensor_device(loss_g), 0);
+            assert_int_equal(mpr_backward(loss_g, NULL, false), MPR_OK);
+            assert_int_equal(mpr_item(mpr_to_device(loss_g, -1), &lg), MPR_OK);
+            assert_true(fabs(lc - lg) <= 1e-5 * (1 + fabs(lc)));
+            assert_true(mpr_allclose(mpr_tensor_grad(x), gc, 1e-4, 1e-6));
+            mpr_scope_end();
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_values), cmocka_unit_test(test_softmax_grad),
         cmocka_unit_test(test_loss_values),    cmocka_unit_test(test_loss_grad),
-        cmocka_unit_test(test_loss_errors),
+        cmocka_unit_test(test_loss_errors),    cmocka_unit_test(test_cuda_matches_cpu),
     };
     int64_t live = mpr_tensor_live_count();
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
