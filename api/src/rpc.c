@@ -8,7 +8,6 @@
 
 #include "mpri_future.h"
 #include "mpri_registry.h"
-#include "mpri_rref.h"
 #include "mpri_runtime.h"
 
 static mpr_future_t *failed_future(mpr_err_t code) {
@@ -38,9 +37,7 @@ mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *ar
     mpri_buf_put_u16(&m.body, (uint16_t)len);
     mpri_buf_put(&m.body, fn, len);
     mpr_value_t *empty = args ? NULL : mpr_value_new_list();
-    mpri_rref_encode_begin(); /* undoes RRef forks if the encode fails */
-    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank);
-    mpri_rref_encode_end(e == MPR_OK);
+    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank); /* undoes RRef forks on failure */
     mpr_value_release(empty);
     if (e) {
         char detail[1100];

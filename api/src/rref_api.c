@@ -73,9 +73,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     mpri_gid_put(&m.body, id);
     mpri_gid_put(&m.body, fork);
     mpr_value_t *empty = args ? NULL : mpr_value_new_list();
-    mpri_rref_encode_begin();
-    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank);
-    mpri_rref_encode_end(e == MPR_OK);
+    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank); /* undoes RRef forks on failure */
     mpr_value_release(empty);
     if (e) {
         char detail[1100];

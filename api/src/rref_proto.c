@@ -308,7 +308,8 @@ static mpr_err_t rref_decode(mpri_reader_t *in, int src_rank, void **out) {
     return MPR_OK;
 }
 
-static const mpri_opaque_value_ops_t rref_ops = {rref_retain_hook, rref_release_hook, rref_encode, rref_decode};
+static const mpri_opaque_value_ops_t rref_ops = {rref_retain_hook, rref_release_hook, rref_encode, rref_decode,
+                                                 mpri_rref_encode_begin, mpri_rref_encode_end};
 
 /* ---- handlers ---- */
 
