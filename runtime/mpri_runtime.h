@@ -128,12 +128,19 @@ void mpri_dispatch(mpri_msg_t *msg);
 /* Text of an MPI error code. */
 const char *mpri_mpi_error_string(int code, char *buf, int len);
 
-#endif
-
-/* ---- hooks for the layers above (world.c) ---- */
+/* ---- hooks for the layers above (world.c) ----
+ * Each layer adds its hooks once (at load); at most MPRI_MAX_HOOKS of each
+ * kind; they run in the order added (after_stop in reverse order). */
+#define MPRI_MAX_HOOKS 8
 /* Called by mpr_get_debug_info to add a layer's counters. */
-void mpri_set_debug_info_hook(void (*hook)(mpr_debug_info_t *info));
-/* Called at the start of a graceful shutdown, on the shutting-down thread,
- * while the runtime still runs (e.g. the RRef layer deletes its user RRefs);
- * and when the runtime has stopped (to drop local state). */
-void mpri_set_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void));
+mpr_err_t mpri_add_debug_info_hook(void (*hook)(mpr_debug_info_t *info));
+/* before_graceful: at the start of a graceful shutdown, on the shutting-down
+ * thread, while the runtime still serves messages (e.g. the RRef layer
+ * deletes its user RRefs). after_stop: once the runtime has stopped (drop
+ * local state). Either may be NULL. */
+mpr_err_t mpri_add_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void));
+/* Run them (shutdown.c). */
+void mpri_run_before_graceful_hooks(void);
+void mpri_run_after_stop_hooks(void);
+
+#endif

@@ -25,8 +25,6 @@
 #include "mpri_runtime.h"
 
 double mpri_shutdown_timeout_s = 300.0;
-extern void (*mpri_before_graceful_hook)(void);
-extern void (*mpri_after_stop_hook)(void);
 
 static void stop_local(bool free_comms) {
     atomic_store(&mpri_rt.state, MPRI_STOPPED);
@@ -36,7 +34,7 @@ static void stop_local(bool free_comms) {
     mpri_event_signal();
     mpri_progress_stop();
     mpri_pool_stop();
-    if (mpri_after_stop_hook) mpri_after_stop_hook();
+    mpri_run_after_stop_hooks();
     if (free_comms) {
         MPI_Comm_free(&mpri_rt.comm);
         MPI_Comm_free(&mpri_rt.ctrl_comm);
@@ -85,7 +83,7 @@ mpr_err_t mpr_shutdown(bool graceful) {
     mpr_err_t err = MPR_OK;
     bool finished = true;
     if (graceful) {
-        if (mpri_before_graceful_hook) mpri_before_graceful_hook();
+        mpri_run_before_graceful_hooks();
         int64_t deadline =
             mpri_shutdown_timeout_s > 0 ? mpri_now_ns() + (int64_t)(mpri_shutdown_timeout_s * 1e9) : 0;
         uint64_t prev[3] = {~0ull, ~0ull, ~0ull}, cur[3];

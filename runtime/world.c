@@ -15,15 +15,37 @@
 #include "mpri_runtime.h"
 
 mpri_runtime_t mpri_rt;
-static void (*debug_info_hook)(mpr_debug_info_t *info);
-void (*mpri_before_graceful_hook)(void);
-void (*mpri_after_stop_hook)(void);
+static struct {
+    void (*debug_info[MPRI_MAX_HOOKS])(mpr_debug_info_t *info);
+    void (*before_graceful[MPRI_MAX_HOOKS])(void);
+    void (*after_stop[MPRI_MAX_HOOKS])(void);
+    int n_debug_info, n_shutdown;
+} hooks;
 
-void mpri_set_debug_info_hook(void (*hook)(mpr_debug_info_t *info)) { debug_info_hook = hook; }
+mpr_err_t mpri_add_debug_info_hook(void (*hook)(mpr_debug_info_t *info)) {
+    if (hooks.n_debug_info == MPRI_MAX_HOOKS)
+        return mpr_error_set(MPR_ERR_STATE, "too many debug-info hooks (%d)", MPRI_MAX_HOOKS);
+    hooks.debug_info[hooks.n_debug_info++] = hook;
+    return MPR_OK;
+}
 
-void mpri_set_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void)) {
-    mpri_before_graceful_hook = before_graceful;
-    mpri_after_stop_hook = after_stop;
+mpr_err_t mpri_add_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void)) {
+    if (hooks.n_shutdown == MPRI_MAX_HOOKS)
+        return mpr_error_set(MPR_ERR_STATE, "too many shutdown hooks (%d)", MPRI_MAX_HOOKS);
+    hooks.before_graceful[hooks.n_shutdown] = before_graceful;
+    hooks.after_stop[hooks.n_shutdown] = after_stop;
+    hooks.n_shutdown++;
+    return MPR_OK;
+}
+
+void mpri_run_before_graceful_hooks(void) {
+    for (int i = 0; i < hooks.n_shutdown; i++)
+        if (hooks.before_graceful[i]) hooks.before_graceful[i]();
+}
+
+void mpri_run_after_stop_hooks(void) {
+    for (int i = hooks.n_shutdown - 1; i >= 0; i--)
+        if (hooks.after_stop[i]) hooks.after_stop[i]();
 }
 
 void mpr_init_options_default(mpr_init_options_t *opts) {
@@ -274,6 +296,6 @@ mpr_err_t mpr_get_debug_info(mpr_debug_info_t *out) {
     out->progress_busy = mpri_progress_busy();
     out->msgs_sent = atomic_load(&mpri_rt.msgs_sent);
     out->msgs_processed = atomic_load(&mpri_rt.msgs_processed);
-    if (debug_info_hook) debug_info_hook(out);
+    for (int i = 0; i < hooks.n_debug_info; i++) hooks.debug_info[i](out);
     return MPR_OK;
 }

@@ -615,6 +615,6 @@ static void rref_after_stop(void) {
 }
 
 __attribute__((constructor)) static void install_rref_context(void) {
-    mpri_set_debug_info_hook(rref_debug_info);
-    mpri_set_shutdown_hooks(rref_before_graceful, rref_after_stop);
+    mpri_add_debug_info_hook(rref_debug_info);
+    mpri_add_shutdown_hooks(rref_before_graceful, rref_after_stop);
 }
