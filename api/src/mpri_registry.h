@@ -24,4 +24,17 @@ struct mpr_call_ctx {
 
 #define MPRI_MAX_FUNCTION_NAME 255
 
+struct mpri_outmsg;
+
+/* Start a call message of `kind` (CALL or REMOTE_CALL) to `fn`: checks the
+ * function name and that `args` (NULL = none) is a list, sets the function
+ * id and writes the name. `what` ("rpc", "remote") prefixes error details.
+ * On failure nothing needs freeing. (call_msg.c) */
+mpr_err_t mpri_call_msg_begin(struct mpri_outmsg *m, int kind, const char *what, const char *fn,
+                              const mpr_value_t *args);
+/* Append the argument list for `dst_rank` (RRef forks are undone if this
+ * fails); on failure the message is freed and the detail names the call. */
+mpr_err_t mpri_call_msg_args(struct mpri_outmsg *m, const char *what, const char *fn,
+                             const mpr_value_t *args, int dst_rank);
+
 #endif

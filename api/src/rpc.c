@@ -21,31 +21,10 @@ mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *ar
     if (e) return failed_future(e);
     int rank;
     if ((e = mpr_dest_rank(to, &rank))) return failed_future(e);
-    if (!fn || !*fn || strlen(fn) > MPRI_MAX_FUNCTION_NAME) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "rpc: function name must be 1 to %d bytes", MPRI_MAX_FUNCTION_NAME);
-        return failed_future(MPR_ERR_INVALID_ARG);
-    }
-    if (args && mpr_value_kind(args) != MPR_VALUE_LIST) {
-        mpr_error_set(MPR_ERR_TYPE, "rpc '%s': arguments must be a list value (got %s)", fn,
-                      mpr_value_kind_name(mpr_value_kind(args)));
-        return failed_future(MPR_ERR_TYPE);
-    }
     mpri_outmsg_t m;
-    mpri_outmsg_init(&m, MPRI_MSG_CALL);
-    m.hdr.function_id = mpri_hash_name(fn);
-    size_t len = strlen(fn);
-    mpri_buf_put_u16(&m.body, (uint16_t)len);
-    mpri_buf_put(&m.body, fn, len);
-    mpr_value_t *empty = args ? NULL : mpr_value_new_list();
-    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank); /* undoes RRef forks on failure */
-    mpr_value_release(empty);
-    if (e) {
-        char detail[1100];
-        snprintf(detail, sizeof detail, "%s", mpr_last_error());
-        mpri_outmsg_fini(&m);
-        mpr_error_set(e, "rpc '%s': cannot send the arguments: %s", fn, detail);
+    if ((e = mpri_call_msg_begin(&m, MPRI_MSG_CALL, "rpc", fn, args)) ||
+        (e = mpri_call_msg_args(&m, "rpc", fn, args, rank)))
         return failed_future(e);
-    }
     char label[80];
     snprintf(label, sizeof label, "rpc '%.60s'", fn);
     return mpri_request(rank, &m, timeout_s, label);

@@ -52,36 +52,14 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     mpr_err_t e = mpri_check_running("remote");
     int rank;
     if (e || (e = mpr_dest_rank(to, &rank))) return NULL;
-    if (!fn || !*fn || strlen(fn) > MPRI_MAX_FUNCTION_NAME) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "remote: function name must be 1 to %d bytes", MPRI_MAX_FUNCTION_NAME);
-        return NULL;
-    }
-    if (args && mpr_value_kind(args) != MPR_VALUE_LIST) {
-        mpr_error_set(MPR_ERR_TYPE, "remote '%s': arguments must be a list value (got %s)", fn,
-                      mpr_value_kind_name(mpr_value_kind(args)));
-        return NULL;
-    }
     bool self = rank == mpri_rt.rank;
     mpri_gid_t id = mpri_gid_new();
     mpri_gid_t fork = self ? id : mpri_gid_new();
     mpri_outmsg_t m;
-    mpri_outmsg_init(&m, MPRI_MSG_REMOTE_CALL);
-    m.hdr.function_id = mpri_hash_name(fn);
-    size_t len = strlen(fn);
-    mpri_buf_put_u16(&m.body, (uint16_t)len);
-    mpri_buf_put(&m.body, fn, len);
+    if ((e = mpri_call_msg_begin(&m, MPRI_MSG_REMOTE_CALL, "remote", fn, args))) return NULL;
     mpri_gid_put(&m.body, id);
     mpri_gid_put(&m.body, fork);
-    mpr_value_t *empty = args ? NULL : mpr_value_new_list();
-    e = mpri_value_encode(args ? args : empty, &m.body, &m.tensors, rank); /* undoes RRef forks on failure */
-    mpr_value_release(empty);
-    if (e) {
-        char detail[1100];
-        snprintf(detail, sizeof detail, "%s", mpr_last_error());
-        mpri_outmsg_fini(&m);
-        mpr_error_set(e, "remote '%s': cannot send the arguments: %s", fn, detail);
-        return NULL;
-    }
+    if ((e = mpri_call_msg_args(&m, "remote", fn, args, rank))) return NULL;
     creation_t *c = calloc(1, sizeof *c);
     mpr_rref_t *r = NULL;
     if (c && self) {
