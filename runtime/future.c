@@ -239,7 +239,7 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
 }
 
 #define WAIT_ACTIVE_NS 2000000 /* poll actively this long before sleeping */
-#define WAIT_SPIN_NS 20000     /* pure spinning (no yield) at the very start */
+#define WAIT_SPIN_NS 100000    /* pure spinning (no yield) at the very start */
 #define WAIT_SLEEP_MAX_NS 1000000
 
 /* Wait until every future in `fs` is done. */

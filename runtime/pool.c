@@ -43,6 +43,7 @@ static _Thread_local int task_depth; /* > 0 while this thread runs a task */
 
 #define POOL_SPIN_NS 20000   /* how long an idle worker spins before sleeping */
 #define POOL_POLL_NS 300000  /* ... and how long the polling one keeps polling */
+#define POOL_HOT_NS 100000   /* the first part of it without yielding the core */
 
 bool mpri_on_pool_thread(void) { return is_pool_thread || task_depth > 0; }
 bool mpri_pool_running(void) { return atomic_load(&pool.started); }
@@ -91,7 +92,13 @@ static void idle_spin(void) {
            mpri_now_ns() - idle_since < (poller ? POOL_POLL_NS : POOL_SPIN_NS) &&
            !atomic_load(&pool.stopping)) {
         if (poller && mpri_progress_poll() > 0) continue;
-        sched_yield();
+        /* Keep the core for a short while (a reply usually brings the next
+         * request within microseconds; a yield on a loaded machine can cost a
+         * whole time slice), then be polite. */
+        if (mpri_now_ns() - idle_since < POOL_HOT_NS)
+            mpri_cpu_relax();
+        else
+            sched_yield();
     }
     atomic_fetch_sub(&pool.spinning, 1);
     if (poller) {
