@@ -69,6 +69,7 @@ typedef struct mpri_msg {
     int src;
     uint8_t *data; /* the whole received message (header, body, descriptors) */
     size_t len;
+    bool data_inline; /* `data` lives in the same allocation as the struct */
     const uint8_t *body;
     mpr_tensor_t **tensors; /* [hdr.tensor_count], received */
     MPI_Request *reqs;      /* data receives while assembling */

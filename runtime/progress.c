@@ -137,16 +137,10 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
     mpri_msg_done(msg);
 }
 
-/* Header received: validate, allocate tensors, post the data receives. */
-static void start_incoming(uint8_t *data, size_t len, int src) {
-    mpri_msg_t *msg = calloc(1, sizeof *msg);
-    if (!msg) {
-        fprintf(stderr, "mpirpc: out of memory receiving from rank %d; message dropped\n", src);
-        free(data);
-        atomic_fetch_add(&mpri_rt.msgs_processed, 1);
-        return;
-    }
-    msg->data = data;
+/* Header received into `msg` (its bytes follow the struct): validate,
+ * allocate tensors, post the data receives. */
+static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
+    uint8_t *data = msg->data;
     msg->len = len;
     msg->src = src;
     mpr_err_t e = mpri_wire_header_read(data, len, &msg->hdr);
@@ -230,15 +224,21 @@ int mpri_progress_poll(void) {
             break;
         int count = 0;
         MPI_Get_count(&st, MPI_BYTE, &count);
-        uint8_t *data = malloc(count > 0 ? (size_t)count : 1);
-        if (!data) { /* receive into nothing we can keep: drop it */
-            uint8_t dummy[sizeof(mpri_wire_header_t)];
-            MPI_Mrecv(dummy, 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+        /* One allocation: the message struct with its bytes behind it. */
+        mpri_msg_t *msg = malloc(sizeof *msg + (count > 0 ? (size_t)count : 1));
+        if (!msg) { /* nowhere to put it: the message is lost, say so */
+            char *scratch = malloc(count > 0 ? (size_t)count : 1);
+            MPI_Mrecv(scratch, scratch ? count : 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+            free(scratch);
+            fprintf(stderr, "mpirpc: out of memory receiving from rank %d; message dropped\n", st.MPI_SOURCE);
             atomic_fetch_add(&mpri_rt.msgs_processed, 1);
             continue;
         }
-        MPI_Mrecv(data, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-        start_incoming(data, (size_t)count, st.MPI_SOURCE);
+        memset(msg, 0, sizeof *msg);
+        msg->data = (uint8_t *)(msg + 1);
+        msg->data_inline = true;
+        MPI_Mrecv(msg->data, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+        start_incoming(msg, (size_t)count, st.MPI_SOURCE);
         events++;
     }
     if (prog.assembling) events += test_assembling();

@@ -10,6 +10,7 @@
  * - Sends never hold a lock across MPI calls. Outside the progress context a
  *   send waits for its MPI requests; inside it they are tracked and polled.
  * - A reply whose request is no longer pending (timed out) is dropped. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,30 @@ const char *mpri_mpi_error_string(int code, char *buf, int len) {
     return buf;
 }
 
+/* Each thread keeps one spare encode buffer (up to 64 KiB), so building and
+ * sending a small message allocates nothing in the steady state. A thread
+ * key frees it when the thread exits. */
+#define SPARE_MAX ((size_t)64 << 10)
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static _Thread_local mpri_buf_t spare;
+
+static void spare_free(void *unused) {
+    mpri_buf_fini(&spare);
+}
+
+static void spare_key_create(void) { pthread_key_create(&spare_key, spare_free); }
+
 void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
     memset(&m->hdr, 0, sizeof m->hdr);
     m->hdr.kind = (uint8_t)kind;
-    mpri_buf_init(&m->body);
+    if (spare.data) {
+        m->body = spare;
+        m->body.len = 0;
+        memset(&spare, 0, sizeof spare);
+    } else {
+        mpri_buf_init(&m->body);
+    }
     mpri_buf_reserve(&m->body, 256);
     m->body.len = sizeof(mpri_wire_header_t); /* room for the header */
     memset(m->body.data, 0, m->body.len);
@@ -48,6 +69,12 @@ void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
 }
 
 void mpri_outmsg_fini(mpri_outmsg_t *m) {
+    if (m->body.data && !m->body.failed && m->body.cap <= SPARE_MAX && !spare.data) {
+        pthread_once(&spare_once, spare_key_create);
+        pthread_setspecific(spare_key, &spare); /* non-NULL: the destructor runs at exit */
+        spare = m->body;
+        memset(&m->body, 0, sizeof m->body);
+    }
     mpri_buf_fini(&m->body);
     mpri_tensor_list_fini(&m->tensors);
 }
@@ -58,7 +85,7 @@ static void msg_free(mpri_msg_t *msg) {
         free(msg->tensors);
     }
     free(msg->reqs);
-    free(msg->data);
+    if (!msg->data_inline) free(msg->data);
     free(msg);
 }
 

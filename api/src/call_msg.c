@@ -28,9 +28,12 @@ mpr_err_t mpri_call_msg_begin(mpri_outmsg_t *m, int kind, const char *what, cons
 
 mpr_err_t mpri_call_msg_args(mpri_outmsg_t *m, const char *what, const char *fn, const mpr_value_t *args,
                              int dst_rank) {
-    mpr_value_t *empty = args ? NULL : mpr_value_new_list();
-    mpr_err_t e = mpri_value_encode(args ? args : empty, &m->body, &m->tensors, dst_rank);
-    mpr_value_release(empty);
+    if (!args) { /* no arguments: an empty list, written without building one */
+        mpri_buf_put_u8(&m->body, MPR_VALUE_LIST);
+        mpri_buf_put_u32(&m->body, 0);
+        return MPR_OK;
+    }
+    mpr_err_t e = mpri_value_encode(args, &m->body, &m->tensors, dst_rank);
     if (e) {
         char detail[1100];
         snprintf(detail, sizeof detail, "%s", mpr_last_error());
