@@ -37,8 +37,7 @@
     X(MPRI_MSG_BACKWARD_AUTOGRAD_REQ, "backward_autograd_req")                         \
     X(MPRI_MSG_BACKWARD_AUTOGRAD_RESP, "backward_autograd_resp")                       \
     X(MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT, "cleanup_autograd_context")                   \
-    X(MPRI_MSG_EXCEPTION, "exception")       /* an error in reply to a request */      \
-    X(MPRI_MSG_PING, "ping")                 /* internal no-op request (tests, liveness) */
+    X(MPRI_MSG_EXCEPTION, "exception")       /* an error in reply to a request */
 
 typedef enum {
 #define MPRI_X_KIND(kind, name) kind,
