@@ -62,9 +62,10 @@ void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
     } else {
         mpri_buf_init(&m->body);
     }
-    mpri_buf_reserve(&m->body, 256);
-    m->body.len = sizeof(mpri_wire_header_t); /* room for the header */
-    memset(m->body.data, 0, m->body.len);
+    if (mpri_buf_reserve(&m->body, 256)) { /* else `failed` is set and mpri_send reports it */
+        m->body.len = sizeof(mpri_wire_header_t); /* room for the header */
+        memset(m->body.data, 0, m->body.len);
+    }
     mpri_tensor_list_init(&m->tensors);
 }
 
