@@ -43,12 +43,14 @@ static struct {
     atomic_long busy;       /* assembling + tracked sends */
     atomic_int active_waiters;
     atomic_bool stop;
+    atomic_int_fast64_t last_other_poll_ns; /* when a thread other than ours last polled */
     pthread_t thread;
     bool thread_started;
     int64_t last_expire_ns;
 } prog = {.poll_lock = PTHREAD_MUTEX_INITIALIZER, .sends_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local bool in_progress_context;
+static _Thread_local bool is_progress_thread;
 
 bool mpri_in_progress_context(void) { return in_progress_context; }
 long mpri_progress_busy(void) { return atomic_load(&prog.busy); }
@@ -215,6 +217,7 @@ int mpri_progress_poll(void) {
     if (pthread_mutex_trylock(&prog.poll_lock) != 0) return 0;
     bool was_in_context = in_progress_context;
     in_progress_context = true;
+    if (!is_progress_thread) atomic_store_explicit(&prog.last_other_poll_ns, mpri_now_ns(), memory_order_relaxed);
     int events = 0;
     for (int i = 0; i < 32; i++) {
         int flag = 0;
@@ -305,13 +308,20 @@ static void bind_progress_thread(pthread_t thread) {
 
 static void *progress_main(void *unused) {
     in_progress_context = true;
+    is_progress_thread = true;
     int64_t idle_since = mpri_now_ns();
     int64_t sleep_ns = 10000;
     while (!atomic_load(&prog.stop)) {
-        if (atomic_load(&prog.active_waiters) > 0) {
+        /* Step back while another thread polls: one that waits actively
+         * (sleep in 200 us steps), or one that polled in the last 50 us, e.g.
+         * a caller issuing pipelined calls (sleep 50 us). Two threads polling
+         * one rank only fight over the cores and MPI's locks. */
+        bool other_active = atomic_load(&prog.active_waiters) > 0;
+        if (other_active || mpri_now_ns() - atomic_load_explicit(&prog.last_other_poll_ns,
+                                                                 memory_order_relaxed) < 50000) {
             /* Plain sleep, not the event: the event fires on every completion
              * and would wake this thread for nothing. */
-            struct timespec ts = {0, 200000};
+            struct timespec ts = {0, other_active ? 200000 : 50000};
             nanosleep(&ts, NULL);
             /* A waiter normally polls for us; poll anyway now and then so
              * nothing depends on it. */
