@@ -6,9 +6,11 @@
  * - Only one thread polls at a time (poll_lock, taken with trylock, never
  *   held across a blocking MPI call: Improbe/Mrecv of a matched message,
  *   Irecv and Test* do not block).
- * - A thread waiting on a future polls for itself while it waits actively;
- *   meanwhile the progress thread sleeps (active_waiters > 0), so on an
- *   oversubscribed machine one thread per rank spins, not two.
+ * - A thread waiting on a future polls for itself while it waits actively,
+ *   an idle pool worker polls between requests, and a caller polls once after
+ *   each send; meanwhile (active_waiters > 0, or another thread polled in the
+ *   last 50 us) the progress thread sleeps, so one thread per rank polls, not
+ *   two. It still polls after each sleep, so nothing depends on the others.
  * - The progress thread backs off when idle: spin, then yield, then sleep in
  *   growing steps up to 1 ms, so an idle rank uses well under 5% of a core.
  * - Code running in the progress context (the progress thread, or any thread
