@@ -125,6 +125,10 @@ mpr_value_t *mpri_value_new_opaque(mpr_value_kind_t kind, void *p) {
 }
 
 mpr_value_t *mpr_value_list_of(int n, ...) {
+    if (n < 0) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_list_of: negative item count %d", n);
+        return NULL;
+    }
     va_list ap;
     va_start(ap, n);
     mpr_value_t **items = calloc(n > 0 ? (size_t)n : 1, sizeof *items);

@@ -285,6 +285,12 @@ static void test_value_accessors(void **state) {
     mpr_value_release(v);
     mpr_value_t *l = mpr_value_list_of(2, mpr_value_new_int(1), NULL);
     assert_null(l);
+    assert_null(mpr_value_list_of(-1));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    l = mpr_value_list_of(0);
+    assert_int_equal(mpr_value_list_len(l), 0);
+    assert_int_equal(mpr_value_kind(l), MPR_VALUE_LIST);
+    mpr_value_release(l);
     mpr_value_release(NULL);
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_string("x"));
     int64_t i;

@@ -69,7 +69,8 @@ mpr_value_t *mpr_value_new_worker(const mpr_worker_info_t *w);
 mpr_value_t *mpr_value_new_list(void);
 /* A list of `n` items, taking ownership of each (convenience for argument
  * lists: mpr_value_list_of(2, mpr_value_new_int(1), mpr_value_new_int(2))).
- * If any item is NULL, every item is released and NULL is returned. */
+ * If any item is NULL, every item is released and NULL is returned; a
+ * negative `n` is MPR_ERR_INVALID_ARG. */
 mpr_value_t *mpr_value_list_of(int n, ...);
 
 mpr_value_t *mpr_value_retain(mpr_value_t *v);
