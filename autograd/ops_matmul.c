@@ -75,7 +75,7 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
     oshape[nbatch] = n;
     oshape[nbatch + 1] = m;
     mpr_tensor_t *ac = NULL, *bc = NULL, *out = NULL;
-    gemm_operand_t oa, ob;
+    gemm_operand_t oa = {0}, ob = {0};
     /* Operands BLAS cannot take as they are become contiguous copies. */
     const mpri_backend_t *B = mpri_backend_of("matmul", 2, (mpr_tensor_t *[]){a, b});
     if (!B) return NULL;
@@ -184,7 +184,7 @@ static mpr_err_t linear_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     mpr_dtype_t dt = x->dtype;
     int dev = x->storage->device;
     int64_t N = x->shape[0], in = x->shape[1], out = w->shape[0];
-    gemm_operand_t ow;
+    gemm_operand_t ow = {0};
     tensor_operand(w, &ow); /* checked at forward */
     if (mpri_node_needs_grad(n, 0)) {
         /* gx [N, in] = g [N, out] @ w [out, in] */
@@ -240,7 +240,7 @@ mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b) {
     const mpri_backend_t *B = mpri_backend_of("linear", 3, (mpr_tensor_t *[]){x, w, b});
     if (!B) return NULL;
     mpr_tensor_t *xc = mpri_contiguous_raw(x);
-    gemm_operand_t ow;
+    gemm_operand_t ow = {0};
     mpr_tensor_t *wc = tensor_operand(w, &ow) ? mpr_tensor_retain(w) : mpri_contiguous_raw(w);
     int64_t osh[MPR_MAX_DIMS];
     memcpy(osh, x->shape, sizeof osh);
