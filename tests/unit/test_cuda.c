@@ -169,6 +169,165 @@ static void test_mlp_step_on_gpu(void **state) {
 }
 
 #ifdef MPIRPC_TEST_CUDA_KERNELS
+/* ---- host-side planning of the CUDA kernels (no GPU needed) ---- */
+
+/* Column-major GEMM with cuBLAS's argument meaning: C[m,n] = alpha op(A) op(B) + beta C,
+ * X(i, j) = X[i + j * ld]; returns false where cuBLAS would reject an ld. */
+static bool colmajor_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc) {
+    if (lda < (ta ? (k > 1 ? k : 1) : (m > 1 ? m : 1))) return false;
+    if (ldb < (tb ? (n > 1 ? n : 1) : (k > 1 ? k : 1))) return false;
+    if (ldc < (m > 1 ? m : 1)) return false;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int l = 0; l < k; l++) {
+                float a = ta ? A[l + (int64_t)i * lda] : A[i + (int64_t)l * lda];
+                float b = tb ? B[j + (int64_t)l * ldb] : B[l + (int64_t)j * ldb];
+                acc += (double)a * b;
+            }
+            float *c = &C[i + (int64_t)j * ldc];
+            *c = (float)(alpha * acc + (beta == 0 ? 0.0 : beta * *c));
+        }
+    return true;
+}
+
+/* The row-major -> column-major mapping of mpri_cuda_k_gemm, run through a
+ * column-major reference, equals the CPU row-major GEMM: all transposes,
+ * padded leading dimensions, vectors; bad lds are refused up front. */
+static void test_gemm_plan(void **state) {
+    (void)state;
+    mpr_generator_t *g = mpr_generator_create(5);
+    const int64_t dims[][3] = {{7, 5, 3}, {1, 6, 4}, {6, 1, 4}, {5, 4, 1}, {1, 1, 9}};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int tr = 0; tr < 4; tr++)
+            for (int pad = 0; pad < 2; pad++) {
+                bool ta = tr & 1, tb = tr & 2;
+                int64_t M = dims[di][0], N = dims[di][1], K = dims[di][2];
+                int64_t lda = (ta ? M : K) + pad * 3, ldb = (tb ? K : N) + pad * 2, ldc = N + pad;
+                mpr_tensor_t *A = mpr_rand(MPR_F32, MPR_SHAPE(ta ? K : M, lda), g);
+                mpr_tensor_t *B = mpr_rand(MPR_F32, MPR_SHAPE(tb ? N : K, ldb), g);
+                mpr_tensor_t *C = mpr_rand(MPR_F32, MPR_SHAPE(M, ldc), g);
+                mpr_tensor_t *C2 = mpr_clone(C);
+                mpri_k_gemm(MPR_F32, ta, tb, M, N, K, 0.5, mpr_tensor_data(A), lda, mpr_tensor_data(B), ldb, 2.0,
+                            mpr_tensor_data(C), ldc);
+                mpri_cuda_gemm_plan_t p;
+                assert_int_equal(mpri_cuda_gemm_plan(ta, tb, M, N, K, lda, ldb, ldc, &p), MPR_OK);
+                /* cuBLAS's first operand is B, its second A. */
+                assert_true(colmajor_sgemm(p.trans_first, p.trans_second, p.m, p.n, p.k, 0.5f, mpr_tensor_data(B),
+                                           p.ld_first, mpr_tensor_data(A), p.ld_second, 2.0f, mpr_tensor_data(C2),
+                                           p.ldc));
+                if (!mpr_allclose(C2, C, 1e-5, 1e-6))
+                    fail_msg("gemm plan M=%lld N=%lld K=%lld ta=%d tb=%d pad=%d differs from the CPU GEMM",
+                             (long long)M, (long long)N, (long long)K, ta, tb, pad);
+                mpr_tensor_release(A);
+                mpr_tensor_release(B);
+                mpr_tensor_release(C);
+                mpr_tensor_release(C2);
+            }
+    mpri_cuda_gemm_plan_t p;
+    /* K == 0: the empty operands' lds of 0 are fine (C = beta C, nothing read). */
+    assert_int_equal(mpri_cuda_gemm_plan(false, false, 4, 3, 0, 0, 3, 3, &p), MPR_OK);
+    assert_int_equal(mpri_cuda_gemm_plan(false, true, 4, 3, 0, 0, 0, 3, &p), MPR_OK);
+    /* lda < K, ldb < N, ldc < N, and a transposed A with lda < M are refused. */
+    assert_int_equal(mpri_cuda_gemm_plan(false, false, 4, 3, 5, 4, 3, 3, &p), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "lda"));
+    assert_int_equal(mpri_cuda_gemm_plan(false, false, 4, 3, 5, 5, 2, 3, &p), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "ldb"));
+    assert_int_equal(mpri_cuda_gemm_plan(false, false, 4, 3, 5, 5, 3, 2, &p), MPR_ERR_INVALID_ARG);
+    assert_int_equal(mpri_cuda_gemm_plan(true, false, 4, 3, 5, 3, 3, 3, &p), MPR_ERR_INVALID_ARG);
+    assert_int_equal(mpri_cuda_gemm_plan(false, false, (int64_t)1 << 31, 3, 5, 5, 3, 3, &p), MPR_ERR_UNSUPPORTED);
+    mpr_generator_destroy(g);
+}
+
+/* C-order offsets of linear index i over shape[n] with strides st. */
+static int64_t host_offset(int n, const int64_t *shape, const int64_t *st, int64_t i) {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+        off += (i % shape[d]) * st[d];
+        i /= shape[d];
+    }
+    return off;
+}
+
+/* The sum_into work split, executed on the host item by item as the kernel
+ * does (double per item, then one f32 add into out). */
+static void run_sum_plan(const mpri_cuda_sum_plan_t *p, float *out, const float *in) {
+    for (int64_t w = 0; w < p->P * p->nchunks; w++) {
+        int64_t pp = w / p->nchunks, c = w % p->nchunks;
+        int64_t oo = host_offset(p->nk, p->kshape, p->kso, pp), oi = host_offset(p->nk, p->kshape, p->ksi, pp);
+        double acc = 0;
+        for (int64_t r = c; r < p->R; r += p->nchunks) acc += in[oi + host_offset(p->nr, p->rshape, p->rsi, r)];
+        out[oo] += (float)acc;
+    }
+}
+
+/* The sum_into split covers every (output, input) pair exactly once for
+ * reductions over inner, outer, middle and all dims (with size-1 dims and a
+ * transposed input), and a long f32 sum of ones is exact: the former one
+ * f32 atomicAdd per element stops counting at 2^24. */
+static void test_sum_plan(void **state) {
+    (void)state;
+    mpr_generator_t *g = mpr_generator_create(11);
+    mpr_tensor_t *x = mpr_rand(MPR_F32, MPR_SHAPE(4, 1, 6, 5), g);
+    const int64_t shp[4] = {4, 1, 6, 5}, si[4] = {30, 30, 5, 1}, sit[4] = {1, 4, 4, 24}; /* sit: a permuted layout */
+    const int64_t so_cases[][4] = {{6, 0, 1, 0}, {0, 0, 5, 1}, {5, 5, 0, 1}, {0, 0, 0, 0}, {30, 30, 5, 1}};
+    for (size_t k = 0; k < sizeof so_cases / sizeof so_cases[0]; k++)
+        for (int t = 0; t < 2; t++) {
+            const int64_t *sin = t ? sit : si;
+            float want[120] = {0}, got[120] = {0};
+            mpri_k_sum_into(MPR_F32, 4, shp, want, so_cases[k], mpr_tensor_data(x), sin);
+            mpri_cuda_sum_plan_t p;
+            mpri_cuda_sum_plan(4, shp, so_cases[k], sin, &p);
+            assert_true(p.nchunks >= 1 && p.nchunks <= MPRI_CUDA_SUM_MAX_CHUNKS && p.nchunks <= p.R);
+            assert_int_equal(p.P * p.R, 120);
+            run_sum_plan(&p, got, mpr_tensor_data(x));
+            for (int i = 0; i < 120; i++)
+                if (fabsf(want[i] - got[i]) > 1e-5f * (1 + fabsf(want[i])))
+                    fail_msg("sum plan case %zu (transposed %d): out[%d] = %g, want %g", k, t, i, got[i], want[i]);
+        }
+    /* 2^25 ones (one element broadcast with stride 0) into one f32 output. */
+    const int64_t big[1] = {(int64_t)1 << 25}, zero[1] = {0};
+    mpri_cuda_sum_plan_t p;
+    mpri_cuda_sum_plan(1, big, zero, zero, &p);
+    assert_int_equal(p.P, 1);
+    assert_int_equal(p.nchunks, MPRI_CUDA_SUM_MAX_CHUNKS);
+    float one = 1.0f, out = 0.0f;
+    run_sum_plan(&p, &out, &one);
+    assert_true(out == 33554432.0f);
+    mpr_tensor_release(x);
+    mpr_generator_destroy(g);
+}
+
+/* Without a GPU the kernels fail with MPR_ERR_STATE naming themselves (a
+ * clear error, no crash); argument errors are found before any device call. */
+static void test_kernel_errors_without_gpu(void **state) {
+    (void)state;
+    mpri_cuda_gemm_plan_t unused;
+    (void)unused;
+    float host[4] = {0};
+    assert_int_equal(mpri_cuda_k_gemm(0, MPR_I64, false, false, 2, 2, 2, 1.0, host, 2, host, 2, 0.0, host, 2),
+                     MPR_ERR_DTYPE);
+    assert_int_equal(mpri_cuda_k_gemm(0, MPR_F32, false, false, 2, 2, 2, 1.0, host, 1, host, 2, 0.0, host, 2),
+                     MPR_ERR_INVALID_ARG);
+    assert_int_equal(mpri_cuda_k_gemm(0, MPR_F32, false, false, 0, 2, 2, 1.0, host, 2, host, 2, 0.0, host, 2), MPR_OK);
+    if (mpr_cuda_device_count() > 0) {
+        print_message("skipping the no-device half: a CUDA device is visible\n");
+        return;
+    }
+    void *d = host;
+    assert_int_not_equal(mpri_cuda_malloc(0, 64, &d), MPR_OK);
+    assert_null(d);
+    assert_non_null(strstr(mpr_last_error(), "cuda_malloc"));
+    assert_int_equal(mpri_cuda_k_fill(0, MPR_F32, 1, (const int64_t[]){4}, host, (const int64_t[]){1}, 1.0),
+                     MPR_ERR_STATE);
+    assert_non_null(strstr(mpr_last_error(), "cuda fill"));
+    assert_int_equal(mpri_cuda_k_gemm(0, MPR_F32, false, false, 2, 2, 2, 1.0, host, 2, host, 2, 0.0, host, 2),
+                     MPR_ERR_STATE);
+    assert_non_null(strstr(mpr_last_error(), "cuda gemm"));
+    mpri_cuda_free(NULL, 0);
+}
+
 /* ---- kernel-by-kernel comparison with the CPU kernels ---- */
 
 static mpr_tensor_t *dev(mpr_tensor_t *cpu) { return mpr_to_device(cpu, 0); }
@@ -317,6 +476,9 @@ int main(void) {
         cmocka_unit_test(test_transfers),
         cmocka_unit_test(test_mlp_step_on_gpu),
 #ifdef MPIRPC_TEST_CUDA_KERNELS
+        cmocka_unit_test(test_gemm_plan),
+        cmocka_unit_test(test_sum_plan),
+        cmocka_unit_test(test_kernel_errors_without_gpu),
         cmocka_unit_test(test_kernels),
 #endif
     };

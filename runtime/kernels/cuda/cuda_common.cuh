@@ -16,13 +16,23 @@ using std::atomic_ulong;
 
 #include "kernels/cuda/mpri_cuda.h"
 
+// The mpr error for a failed CUDA call. A failed runtime call also records its
+// error as the thread's "last error", which cudaGetLastError() would report
+// again after the NEXT kernel launch (a successful call does not reset it), so
+// the stale copy is consumed here: a recoverable failure (out of memory, bad
+// argument) is reported once, by the call that caused it. Sticky errors
+// (a kernel fault) keep failing every later call on their own.
+static inline mpr_err_t mpri_cuda_fail(cudaError_t e, const char *what) {
+    (void)cudaGetLastError();
+    return mpr_error_set(e == cudaErrorMemoryAllocation ? MPR_ERR_NOMEM : MPR_ERR_STATE, "%s: CUDA error: %s", what,
+                         cudaGetErrorString(e));
+}
+
 // Return an mpr error naming `what` when a CUDA call fails.
 #define MPRI_CUDA_CHECK(call, what)                                                                  \
     do {                                                                                             \
         cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess)                                                                       \
-            return mpr_error_set(e_ == cudaErrorMemoryAllocation ? MPR_ERR_NOMEM : MPR_ERR_STATE,    \
-                                 "%s: CUDA error: %s", (what), cudaGetErrorString(e_));              \
+        if (e_ != cudaSuccess) return mpri_cuda_fail(e_, (what));                                    \
     } while (0)
 
 // Check the last launch of `what` (configuration errors surface here,
@@ -78,6 +88,13 @@ static inline int64_t mpri_cuda_numel(int ndim, const int64_t *shape) {
     return n;
 }
 
-#define MPRI_CUDA_SET_DEVICE(device, what) MPRI_CUDA_CHECK(cudaSetDevice(device), (what))
+// Select `device` for the calls that follow, and drop any non-sticky error
+// left behind by an earlier call whose result was ignored (mpri_cuda_free,
+// cudaGetDeviceCount): MPRI_CUDA_LAUNCHED must only see this entry's launches.
+#define MPRI_CUDA_SET_DEVICE(device, what)                                                           \
+    do {                                                                                             \
+        MPRI_CUDA_CHECK(cudaSetDevice(device), (what));                                              \
+        (void)cudaGetLastError();                                                                    \
+    } while (0)
 
 #endif

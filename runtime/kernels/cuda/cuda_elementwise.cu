@@ -5,8 +5,9 @@
 // Invariants: grid-stride loops cover any n with a bounded grid; strided
 // operands are addressed through mpri_cuda_nd (C-order linear index ->
 // per-operand offsets), so broadcasting (stride 0) and views work unchanged;
-// sum_into accumulates with atomicAdd because several input elements map to
-// one output element; nothing here allocates.
+// sum_into sums each output's inputs in double in up to
+// MPRI_CUDA_SUM_MAX_CHUNKS interleaved chunks, one atomicAdd per chunk
+// (several chunks meet in one output element); nothing here allocates.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -207,11 +208,51 @@ extern "C" mpr_err_t mpri_cuda_k_fill(int device, mpr_dtype_t dt, int ndim, cons
     return MPR_OK;
 }
 
-template <typename T> __global__ void sum_into_kernel(int64_t n, mpri_cuda_nd nd, T *out, const T *in) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t oo, oi, u;
-        mpri_cuda_offsets(nd, i, &oo, &oi, &u);
-        atomicAdd(out + oo, in[oi]);
+extern "C" void mpri_cuda_sum_plan(int ndim, const int64_t *shape, const int64_t *so, const int64_t *si,
+                                   mpri_cuda_sum_plan_t *p) {
+    p->nk = p->nr = 0;
+    p->P = p->R = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        if (so[d] == 0) {
+            p->rshape[p->nr] = shape[d];
+            p->rsi[p->nr] = si[d];
+            p->nr++;
+            p->R *= shape[d];
+        } else {
+            p->kshape[p->nk] = shape[d];
+            p->ksi[p->nk] = si[d];
+            p->kso[p->nk] = so[d];
+            p->nk++;
+            p->P *= shape[d];
+        }
+    }
+    // Enough work items to fill the GPU (about 2^20 threads), never more
+    // chunks than reduced elements, and at most MPRI_CUDA_SUM_MAX_CHUNKS
+    // partial sums per output element.
+    int64_t want = ((int64_t)1 << 20) / (p->P > 0 ? p->P : 1);
+    if (want > p->R) want = p->R;
+    if (want > MPRI_CUDA_SUM_MAX_CHUNKS) want = MPRI_CUDA_SUM_MAX_CHUNKS;
+    p->nchunks = want > 1 ? want : 1;
+}
+
+// Work item w: kept position p = w / nchunks, chunk c = w % nchunks; sums
+// in[p, r] over r = c, c + nchunks, ... in double, then one atomic add.
+// kept: st[0] = out strides, st[1] = in strides; red: st[1] = in strides.
+template <typename T>
+__global__ void sum_into_kernel(int64_t items, int64_t nchunks, int64_t R, mpri_cuda_nd kept, mpri_cuda_nd red,
+                                T *out, const T *in) {
+    for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < items;
+         w += (int64_t)gridDim.x * blockDim.x) {
+        int64_t p = w / nchunks, c = w % nchunks, oo, oi, u;
+        mpri_cuda_offsets(kept, p, &oo, &oi, &u);
+        double acc = 0;
+        for (int64_t r = c; r < R; r += nchunks) {
+            int64_t u0, ri, u2;
+            mpri_cuda_offsets(red, r, &u0, &ri, &u2);
+            acc += (double)in[oi + ri];
+        }
+        atomicAdd(out + oo, (T)acc);
     }
 }
 
@@ -219,15 +260,19 @@ extern "C" mpr_err_t mpri_cuda_k_sum_into(int device, mpr_dtype_t dt, int ndim, 
                                           const int64_t *so, const void *in, const int64_t *si) {
     int64_t n = mpri_cuda_numel(ndim, shape);
     if (n == 0) return MPR_OK;
-    MPRI_CUDA_SET_DEVICE(device, "cuda sum_into");
-    mpri_cuda_nd nd = mpri_cuda_make_nd(ndim, shape, so, si, NULL);
-    unsigned b = mpri_cuda_blocks(n, THREADS);
-    if (dt == MPR_F32)
-        sum_into_kernel<float><<<b, THREADS>>>(n, nd, (float *)out, (const float *)in);
-    else if (dt == MPR_F64)
-        sum_into_kernel<double><<<b, THREADS>>>(n, nd, (double *)out, (const double *)in);
-    else
+    if (dt != MPR_F32 && dt != MPR_F64)
         return mpr_error_set(MPR_ERR_DTYPE, "cuda sum_into: dtype %s", mpr_dtype_name(dt));
+    MPRI_CUDA_SET_DEVICE(device, "cuda sum_into");
+    mpri_cuda_sum_plan_t p;
+    mpri_cuda_sum_plan(ndim, shape, so, si, &p);
+    mpri_cuda_nd kept = mpri_cuda_make_nd(p.nk, p.kshape, p.kso, p.ksi, NULL);
+    mpri_cuda_nd red = mpri_cuda_make_nd(p.nr, p.rshape, NULL, p.rsi, NULL);
+    int64_t items = p.P * p.nchunks;
+    unsigned b = mpri_cuda_blocks(items, THREADS);
+    if (dt == MPR_F32)
+        sum_into_kernel<float><<<b, THREADS>>>(items, p.nchunks, p.R, kept, red, (float *)out, (const float *)in);
+    else
+        sum_into_kernel<double><<<b, THREADS>>>(items, p.nchunks, p.R, kept, red, (double *)out, (const double *)in);
     MPRI_CUDA_LAUNCHED("cuda sum_into");
     return MPR_OK;
 }

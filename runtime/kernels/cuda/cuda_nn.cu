@@ -3,7 +3,8 @@
 // cross entropy keeps lse[r] = log(sum(exp(x - rowmax))) for backward.
 //
 // Invariants: one thread per (outer, inner) line for softmax and one per row
-// for the row losses (rows are short: class counts); scalar losses are summed
+// for the cross-entropy / nll forward; one block per row for the
+// cross-entropy backward (row max by a block reduction); scalar losses are summed
 // in double with atomicAdd into a device accumulator that is copied back
 // synchronously, so the returned value is final; temporary device buffers are
 // freed on every path.
@@ -114,23 +115,40 @@ __global__ void ce_fwd_kernel(const T *x, const int64_t *target, int64_t N, int6
     }
 }
 
+// One block per row (grid-stride over rows): the block finds the row max
+// (a tree over per-thread maxima: NaNs are skipped by the comparison as in
+// the CPU loop and max is order-free, so the result is the CPU's m exactly),
+// then writes the row. Work is O(N C), not O(N C^2) as with a per-element
+// rescan of the row. Launched with blockDim.x == THREADS (a power of two).
 template <typename T>
 __global__ void ce_bwd_kernel(const T *x, const int64_t *target, const T *lse, int64_t N, int64_t C, int64_t ignore,
                               int64_t count, T scale, T *gx) {
-    int64_t total = N * C;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = k / C, j = k % C;
+    __shared__ T red[THREADS];
+    const int tid = threadIdx.x;
+    for (int64_t r = blockIdx.x; r < N; r += gridDim.x) { // uniform per block: no divergent __syncthreads
+        const T *xr = x + r * C;
+        T *gr = gx + r * C;
         int64_t t = target[r];
         if (t == ignore || count == 0) {
-            gx[k] = 0;
+            for (int64_t j = tid; j < C; j += blockDim.x) gr[j] = 0;
             continue;
         }
-        const T *xr = x + r * C;
         T m = -INFINITY;
-        for (int64_t c = 0; c < C; c++) m = xr[c] > m ? xr[c] : m; // C is small (classes)
+        for (int64_t j = tid; j < C; j += blockDim.x) m = xr[j] > m ? xr[j] : m;
+        red[tid] = m;
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s && red[tid + s] > red[tid]) red[tid] = red[tid + s];
+            __syncthreads();
+        }
+        m = red[0];
+        __syncthreads(); // everyone read red[0] before the next row overwrites it
         if (m == -INFINITY) m = 0;
-        T v = exp((xr[j] - m) - lse[r]) * scale;
-        gx[k] = j == t ? v - scale : v;
+        T l = lse[r];
+        for (int64_t j = tid; j < C; j += blockDim.x) {
+            T v = exp((xr[j] - m) - l) * scale;
+            gr[j] = j == t ? v - scale : v;
+        }
     }
 }
 
@@ -145,7 +163,7 @@ template <typename F> static mpr_err_t with_accum(const char *what, accum *host,
     }
     if (e == cudaSuccess) e = cudaMemcpy(host, dev, sizeof *host, cudaMemcpyDeviceToHost);
     cudaFree(dev);
-    if (e != cudaSuccess) return mpr_error_set(MPR_ERR_STATE, "%s: CUDA error: %s", what, cudaGetErrorString(e));
+    if (e != cudaSuccess) return mpri_cuda_fail(e, what);
     return MPR_OK;
 }
 
@@ -178,7 +196,8 @@ extern "C" mpr_err_t mpri_cuda_cross_entropy_bwd(int device, mpr_dtype_t dt, con
                                                  int64_t count, double g, void *gx) {
     if (N * C == 0) return MPR_OK;
     MPRI_CUDA_SET_DEVICE(device, "cuda cross_entropy backward");
-    unsigned b = mpri_cuda_blocks(N * C, THREADS);
+    unsigned b = (unsigned)(N < 65535 ? N : 65535); // one block per row
+
     double scale = count ? g / (double)count : 0.0;
     DISPATCH_FLOAT(dt, "cuda cross_entropy backward",
                    (ce_bwd_kernel<float><<<b, THREADS>>>((const float *)x, target, (const float *)lse, N, C,
@@ -243,13 +262,25 @@ extern "C" mpr_err_t mpri_cuda_nll_loss_bwd(int device, mpr_dtype_t dt, const in
     return MPR_OK;
 }
 
+// Per-thread sums, reduced in the block (warp shuffles, then the warp sums
+// in shared memory) before one atomicAdd per block: not one double atomic
+// on a single address per thread (up to 16M of them). blockDim.x == THREADS.
 template <typename T> __global__ void mse_fwd_kernel(const T *a, const T *b, int64_t n, accum *acc) {
+    __shared__ double warp_sum[THREADS / 32];
     double local = 0;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double d = (double)a[i] - (double)b[i];
         local += d * d;
     }
-    atomicAdd(&acc->sum, local);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) local += __shfl_down_sync(0xffffffffu, local, off);
+    if (lane == 0) warp_sum[warp] = local;
+    __syncthreads();
+    if (warp == 0) {
+        local = lane < (int)(blockDim.x >> 5) ? warp_sum[lane] : 0.0;
+        for (int off = 16; off > 0; off >>= 1) local += __shfl_down_sync(0xffffffffu, local, off);
+        if (lane == 0) atomicAdd(&acc->sum, local);
+    }
 }
 
 template <typename T> __global__ void mse_bwd_kernel(const T *a, const T *b, int64_t n, T scale, T *ga, T *gb) {

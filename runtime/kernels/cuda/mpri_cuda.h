@@ -67,6 +67,42 @@ mpr_err_t mpri_cuda_k_gemm(int device, mpr_dtype_t dt, bool trans_a, bool trans_
                            int64_t K, double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
                            double beta, void *C, int64_t ldc);
 
+/* How mpri_cuda_k_gemm calls column-major cuBLAS for a row-major product
+ * (host-only, no GPU needed; unit-tested against the CPU GEMM). Row-major
+ * C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS's first
+ * operand is B (transposed iff trans_b) with ld ldb, its second is A
+ * (transposed iff trans_a) with ld lda, and (m, n, k) = (N, M, K). The leading
+ * dimensions are checked against cuBLAS's rules (ld >= max(1, rows of the
+ * stored column-major matrix)), which are the row-major rules of cblas: a
+ * violation is MPR_ERR_INVALID_ARG naming the argument instead of a cuBLAS
+ * "invalid value". Sizes or lds beyond 2^31 - 1 are MPR_ERR_UNSUPPORTED.
+ * K == 0 is valid with any ld >= 0 (no operand is read: C = beta C). */
+typedef struct mpri_cuda_gemm_plan {
+    bool trans_first, trans_second; /* cuBLAS transa / transb */
+    int m, n, k;
+    int ld_first, ld_second, ldc; /* lds of B, A and C */
+} mpri_cuda_gemm_plan_t;
+mpr_err_t mpri_cuda_gemm_plan(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                              int64_t ldb, int64_t ldc, mpri_cuda_gemm_plan_t *plan);
+
+/* How mpri_cuda_k_sum_into splits its work (host-only, unit-tested): dims of
+ * size 1 are dropped; a dim where out's stride is 0 is reduced (shape rshape,
+ * input strides rsi), every other dim is kept (kshape, input strides ksi, out
+ * strides kso). P = number of kept positions, R = reduction length. Work item
+ * w in [0, P * nchunks) takes p = w / nchunks, c = w % nchunks and sums
+ * in[p, r] for r = c, c + nchunks, ... < R in double before ONE atomic add
+ * into out[p], so at most nchunks (<= 4096) partial sums meet in an f32
+ * output (a plain per-element f32 atomicAdd stops counting at 2^24). */
+#define MPRI_CUDA_SUM_MAX_CHUNKS 4096
+typedef struct mpri_cuda_sum_plan {
+    int nk, nr;
+    int64_t kshape[MPR_MAX_DIMS], ksi[MPR_MAX_DIMS], kso[MPR_MAX_DIMS];
+    int64_t rshape[MPR_MAX_DIMS], rsi[MPR_MAX_DIMS];
+    int64_t P, R, nchunks;
+} mpri_cuda_sum_plan_t;
+void mpri_cuda_sum_plan(int ndim, const int64_t *shape, const int64_t *so, const int64_t *si,
+                        mpri_cuda_sum_plan_t *plan);
+
 /* ---- nn kernels (contracts as mpri_*_<f32|f64> of mpri_nn_kernels.h) ---- */
 mpr_err_t mpri_cuda_softmax_fwd(int device, mpr_dtype_t dt, const void *x, void *y, int64_t outer, int64_t n,
                                 int64_t inner, int is_log);
