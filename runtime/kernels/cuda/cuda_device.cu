@@ -7,6 +7,7 @@
 // Row-major GEMM maps to column-major cuBLAS as C^T = op(B)^T op(A)^T.
 #include <cublas_v2.h>
 #include <mutex>
+#include <string.h>
 
 #include "cuda_common.cuh"
 
@@ -51,6 +52,10 @@ extern "C" void mpri_cuda_free(void *data, int device) {
 
 extern "C" mpr_err_t mpri_cuda_memcpy(void *dst, int dst_device, const void *src, int src_device, size_t nbytes) {
     if (nbytes == 0) return MPR_OK;
+    if (dst_device < 0 && src_device < 0) { // host to host: no CUDA call (works without a device)
+        memcpy(dst, src, nbytes);
+        return MPR_OK;
+    }
     cudaMemcpyKind kind = dst_device < 0 ? (src_device < 0 ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
                                          : (src_device < 0 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
     if (dst_device >= 0 && src_device >= 0 && dst_device != src_device) {

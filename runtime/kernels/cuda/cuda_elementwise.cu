@@ -14,7 +14,12 @@
 
 #define THREADS 256
 
-template <typename T> __device__ static inline T unary_f(int op, T v, T q0, T q1) {
+// pw: the exponent class of MPRI_UN_POW decided on the host in double, as the
+// CPU kernel does (p0 == 2.0 / p0 == 0.0 tested before the cast to float).
+enum { POW_ANY = 0, POW_TWO = 1, POW_ZERO = 2 };
+static inline int pow_class(double p0) { return p0 == 2.0 ? POW_TWO : (p0 == 0.0 ? POW_ZERO : POW_ANY); }
+
+template <typename T> __device__ static inline T unary_f(int op, int pw, T v, T q0, T q1) {
     switch (op) {
     case MPRI_UN_NEG: return -v;
     case MPRI_UN_EXP: return exp(v);
@@ -25,7 +30,7 @@ template <typename T> __device__ static inline T unary_f(int op, T v, T q0, T q1
     case MPRI_UN_TANH: return tanh(v);
     case MPRI_UN_SIGMOID: return (T)1 / ((T)1 + exp(-v));
     case MPRI_UN_GELU: return v * (T)0.5 * ((T)1 + erf(v * (T)0.70710678118654752440));
-    case MPRI_UN_POW: return q0 == (T)2 ? v * v : pow(v, q0);
+    case MPRI_UN_POW: return pw == POW_TWO ? v * v : pow(v, q0);
     case MPRI_UN_CLAMP: return v < q0 ? q0 : (v > q1 ? q1 : v);
     case MPRI_UN_ADD_S: return v + q0;
     case MPRI_UN_MUL_S: return v * q0;
@@ -35,7 +40,7 @@ template <typename T> __device__ static inline T unary_f(int op, T v, T q0, T q1
 }
 
 template <typename T>
-__device__ static inline T unary_bw_f(int op, T g, const T *x, const T *y, int64_t i, T q0, T q1) {
+__device__ static inline T unary_bw_f(int op, int pw, T g, const T *x, const T *y, int64_t i, T q0, T q1) {
     switch (op) {
     case MPRI_UN_NEG: return -g;
     case MPRI_UN_EXP: return g * y[i];
@@ -49,8 +54,8 @@ __device__ static inline T unary_bw_f(int op, T g, const T *x, const T *y, int64
         return g * ((T)0.5 * (1 + erf(x[i] * (T)0.70710678118654752440)) +
                     x[i] * (T)0.39894228040143267794 * exp(-(T)0.5 * x[i] * x[i]));
     case MPRI_UN_POW:
-        if (q0 == (T)0) return 0 * g;
-        if (q0 == (T)2) return g * 2 * x[i];
+        if (pw == POW_ZERO) return 0 * g;
+        if (pw == POW_TWO) return g * 2 * x[i];
         return g * q0 * pow(x[i], q0 - 1);
     case MPRI_UN_CLAMP: return (x[i] >= q0 && x[i] <= q1) ? g : (T)0;
     case MPRI_UN_ADD_S: return g;
@@ -60,15 +65,16 @@ __device__ static inline T unary_bw_f(int op, T g, const T *x, const T *y, int64
     }
 }
 
-template <typename T> __global__ void unary_kernel(int op, int64_t n, T *out, const T *x, T q0, T q1) {
+template <typename T> __global__ void unary_kernel(int op, int pw, int64_t n, T *out, const T *x, T q0, T q1) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = unary_f<T>(op, x[i], q0, q1);
+        out[i] = unary_f<T>(op, pw, x[i], q0, q1);
 }
 
 template <typename T>
-__global__ void unary_bw_kernel(int op, int64_t n, T *gin, const T *gout, const T *x, const T *y, T q0, T q1) {
+__global__ void unary_bw_kernel(int op, int pw, int64_t n, T *gin, const T *gout, const T *x, const T *y, T q0,
+                                T q1) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        gin[i] = unary_bw_f<T>(op, gout[i], x, y, i, q0, q1);
+        gin[i] = unary_bw_f<T>(op, pw, gout[i], x, y, i, q0, q1);
 }
 
 extern "C" mpr_err_t mpri_cuda_k_unary(int device, mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out,
@@ -76,10 +82,11 @@ extern "C" mpr_err_t mpri_cuda_k_unary(int device, mpri_unop_t op, mpr_dtype_t d
     if (n == 0) return MPR_OK;
     MPRI_CUDA_SET_DEVICE(device, "cuda unary");
     unsigned b = mpri_cuda_blocks(n, THREADS);
+    int pw = pow_class(p0);
     if (dt == MPR_F32)
-        unary_kernel<float><<<b, THREADS>>>((int)op, n, (float *)out, (const float *)x, (float)p0, (float)p1);
+        unary_kernel<float><<<b, THREADS>>>((int)op, pw, n, (float *)out, (const float *)x, (float)p0, (float)p1);
     else if (dt == MPR_F64)
-        unary_kernel<double><<<b, THREADS>>>((int)op, n, (double *)out, (const double *)x, p0, p1);
+        unary_kernel<double><<<b, THREADS>>>((int)op, pw, n, (double *)out, (const double *)x, p0, p1);
     else
         return mpr_error_set(MPR_ERR_DTYPE, "cuda unary: dtype %s", mpr_dtype_name(dt));
     MPRI_CUDA_LAUNCHED("cuda unary");
@@ -92,11 +99,12 @@ extern "C" mpr_err_t mpri_cuda_k_unary_backward(int device, mpri_unop_t op, mpr_
     if (n == 0) return MPR_OK;
     MPRI_CUDA_SET_DEVICE(device, "cuda unary backward");
     unsigned b = mpri_cuda_blocks(n, THREADS);
+    int pw = pow_class(p0);
     if (dt == MPR_F32)
-        unary_bw_kernel<float><<<b, THREADS>>>((int)op, n, (float *)gin, (const float *)gout, (const float *)x,
+        unary_bw_kernel<float><<<b, THREADS>>>((int)op, pw, n, (float *)gin, (const float *)gout, (const float *)x,
                                                (const float *)y, (float)p0, (float)p1);
     else if (dt == MPR_F64)
-        unary_bw_kernel<double><<<b, THREADS>>>((int)op, n, (double *)gin, (const double *)gout,
+        unary_bw_kernel<double><<<b, THREADS>>>((int)op, pw, n, (double *)gin, (const double *)gout,
                                                 (const double *)x, (const double *)y, p0, p1);
     else
         return mpr_error_set(MPR_ERR_DTYPE, "cuda unary backward: dtype %s", mpr_dtype_name(dt));
