@@ -12,11 +12,15 @@
  *     after being counted sent is visible in the next round, so two identical
  *     quiet rounds mean nothing was in flight between them);
  *   --> STOPPED: progress thread and pool stopped, communicators freed, MPI
- *     finalized if mpirpc initialized it.
+ *     finalized if mpirpc initialized it. On timeout (MPR_ERR_TIMEOUT) a
+ *     round is still pending: the communicators stay, MPI is not finalized,
+ *     and the round's buffers are kept alive for MPI for good.
  * Non-graceful: RUNNING --> STOPPED at once; pending futures fail with
  * MPR_ERR_SHUTDOWN. */
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "mpri_event.h"
@@ -41,14 +45,30 @@ static void stop_local(bool free_comms) {
     }
 }
 
+/* The buffers and request of one termination round. MPI owns the buffers
+ * until the collective completes, which after a timeout may be long after
+ * mpr_shutdown returned (a late rank joins it, and the host's own MPI calls
+ * progress it): a round that timed out is parked here, never freed. */
+typedef struct round {
+    uint64_t local[3], out[3];
+    MPI_Request req;
+    struct round *next;
+} round_t;
+static round_t *abandoned_rounds;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* One termination round; false on timeout or MPI failure. */
 static bool termination_round(uint64_t out[3], int64_t deadline, mpr_err_t *err) {
-    uint64_t local[3];
-    local[0] = atomic_load(&mpri_rt.msgs_sent);
-    local[1] = atomic_load(&mpri_rt.msgs_processed);
-    local[2] = (uint64_t)(mpri_pending_count() + mpri_pool_busy() + mpri_progress_busy());
-    MPI_Request req;
-    if (MPI_Iallreduce(local, out, 3, MPI_UINT64_T, MPI_SUM, mpri_rt.ctrl_comm, &req) != MPI_SUCCESS) {
+    round_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        *err = mpr_error_set(MPR_ERR_NOMEM, "shutdown: out of memory");
+        return false;
+    }
+    r->local[0] = atomic_load(&mpri_rt.msgs_sent);
+    r->local[1] = atomic_load(&mpri_rt.msgs_processed);
+    r->local[2] = (uint64_t)(mpri_pending_count() + mpri_pool_busy() + mpri_progress_busy());
+    if (MPI_Iallreduce(r->local, r->out, 3, MPI_UINT64_T, MPI_SUM, mpri_rt.ctrl_comm, &r->req) != MPI_SUCCESS) {
+        free(r);
         *err = mpr_error_set(MPR_ERR_MPI, "shutdown: allreduce failed");
         return false;
     }
@@ -59,9 +79,17 @@ static bool termination_round(uint64_t out[3], int64_t deadline, mpr_err_t *err)
     int64_t sleep_ns = 20000;
     for (;;) {
         int flag = 0;
-        MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-        if (flag) return true;
+        MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+        if (flag) {
+            memcpy(out, r->out, sizeof r->out);
+            free(r);
+            return true;
+        }
         if (deadline && mpri_now_ns() > deadline) {
+            pthread_mutex_lock(&abandoned_lock);
+            r->next = abandoned_rounds;
+            abandoned_rounds = r;
+            pthread_mutex_unlock(&abandoned_lock);
             *err = mpr_error_set(MPR_ERR_TIMEOUT,
                                  "graceful shutdown timed out after %.1f s (a rank did not call "
                                  "mpr_shutdown, or work never finished)",
