@@ -46,7 +46,9 @@ mpr_err_t mpr_init(const mpr_init_options_t *opts);
 /* graceful: collective; returns once every rank called it and every request,
  * reply and internal message anywhere has been processed (or the shutdown
  * timeout passed: MPR_ERR_TIMEOUT, the runtime is then stopped locally and a
- * self-initialized MPI is not finalized). Non-graceful: stops this rank now;
+ * self-initialized MPI is not finalized, since a collective of the shutdown
+ * is still pending: end such a job with MPI_Abort; a host that initialized
+ * MPI keeps using it and finalizes it as usual). Non-graceful: stops this rank now;
  * pending futures fail with MPR_ERR_SHUTDOWN. Afterwards every API call
  * returns MPR_ERR_SHUTDOWN. */
 mpr_err_t mpr_shutdown(bool graceful);
