@@ -64,8 +64,11 @@ static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
     int nbatch;
     int64_t bshape[MPR_MAX_DIMS];
     if (mpri_broadcast_shape("matmul (batch dims)", a->ndim - 2, a->shape, b->ndim - 2, b->shape, &nbatch,
-                             bshape) != MPR_OK)
+                             bshape) != MPR_OK) {
+        /* name both full shapes, not only their batch parts */
+        mpri_err_shape2("matmul", "batch dims cannot be broadcast:", a, b);
         return NULL;
+    }
     if (nbatch + 2 > MPR_MAX_DIMS) {
         mpr_error_set(MPR_ERR_SHAPE, "matmul: result would have more than %d dims", MPR_MAX_DIMS);
         return NULL;
