@@ -8,6 +8,7 @@ Writes into tests/data/ (next to this script's parent):
                            big-endian) for test_tensor_io
   ref_ops.safetensors      per op: inputs, output and input gradients for a fixed
                            upstream gradient (test_ref_ops)
+  ref_audit_ops.safetensors  more variants of those ops, same layout (test_audit_ref_ops)
   ref_<model>.safetensors  small models: weights (PyTorch names), input, output, loss
                            and every parameter gradient (test_ref_models)
 Inputs are seeded, so reruns give identical files. Everything is float32 except
@@ -258,6 +259,68 @@ def gen_models():
     dump_model("emb_linear", el, idx, lambda o: F.cross_entropy(o.reshape(-1, 5), y), {"target": y})
 
 
+# ---------------------------------------------------------------- audit: more variants per op
+def gen_audit_ops():
+    """Variants of the ops in gen_ops (other dims, keepdim, no bias, strides and
+    padding, ignore_index, 1-D matmul operands...) written to ref_audit_ops.safetensors
+    for test_audit_ref_ops; same layout as ref_ops.safetensors. Separate file and
+    generator so ref_ops.safetensors stays byte-identical."""
+    g = torch.Generator().manual_seed(4321)
+
+    def r(*shape, lo=-1.0, hi=1.0):
+        return (torch.rand(*shape, generator=g) * (hi - lo) + lo).float()
+
+    out = {}
+
+    def case(name, fn, inputs):
+        ins = []
+        for i, t in enumerate(inputs):
+            t = t.clone()
+            if t.is_floating_point():
+                t.requires_grad_(True)
+            ins.append(t)
+            out[f"{name}.in{i}"] = t.detach()
+        y = fn(*ins)
+        gy = r(*y.shape) if y.dim() > 0 else torch.tensor(1.0)
+        out[f"{name}.out"] = y.detach()
+        out[f"{name}.gout"] = gy
+        y.backward(gy)
+        for i, t in enumerate(ins):
+            if t.requires_grad:
+                out[f"{name}.grad{i}"] = t.grad.detach()
+
+    case("div_bcast_both", torch.div, [r(3, 1), r(1, 4, lo=0.5, hi=2.0)])
+    case("pow_neg", lambda a: torch.pow(a, -1.5), [r(3, 4, lo=0.3, hi=2.0)])
+    case("clamp_min_only", lambda a: torch.clamp(a, min=-0.2), [r(3, 4)])
+    case("mean_dims12", lambda a: a.mean(dim=(1, 2)), [r(2, 3, 4)])
+    case("sum_last_keep", lambda a: a.sum(dim=-1, keepdim=True), [r(2, 3, 4)])
+    case("max_dim0_keep", lambda a: a.max(dim=0, keepdim=True).values, [r(4, 3)])
+    case("matmul_vec_mat", torch.matmul, [r(4), r(4, 3)])
+    case("matmul_mat_vec", torch.matmul, [r(3, 4), r(4)])
+    case("matmul_bcast_both", torch.matmul, [r(2, 1, 3, 4), r(3, 4, 2)])
+    case("linear_3d", F.linear, [r(2, 3, 5), r(4, 5), r(4)])
+    case("linear_nobias", lambda x, w: F.linear(x, w), [r(6, 5), r(4, 5)])
+    case("softmax_dim0", lambda a: F.softmax(a, dim=0), [r(3, 4, lo=-3, hi=3)])
+    case("log_softmax_3d", lambda a: F.log_softmax(a, dim=-1), [r(2, 3, 4, lo=-3, hi=3)])
+    tgt = torch.tensor([2, -100, 0, 4, -100])
+    case("cross_entropy_ignore", F.cross_entropy, [r(5, 6, lo=-3, hi=3), tgt])
+    case("nll_loss_ignore", F.nll_loss, [r(5, 6), tgt])
+    case("cross_entropy_1d", F.cross_entropy, [r(6, lo=-3, hi=3), torch.tensor(3)])
+    case("mse_loss_3d", F.mse_loss, [r(2, 3, 4), r(2, 3, 4)])
+    case("embedding_3d", lambda w, i: F.embedding(i, w), [r(6, 4), torch.tensor([[[5, 0], [5, 5]], [[1, 0], [2, 5]]])])
+    case("index_select_dim1", lambda a, i: torch.index_select(a, 1, i), [r(3, 5, 2), torch.tensor([4, 4, 0])])
+    case("gather_dim0", lambda a, i: torch.gather(a, 0, i), [r(3, 4), torch.tensor([[2, 0, 1, 1], [0, 0, 2, 1]])])
+    case("cat_dim0_3", lambda a, b, c: torch.cat([a, b, c], dim=0), [r(1, 3), r(2, 3), r(3, 3)])
+    case("stack_dim2", lambda a, b: torch.stack([a, b], dim=2), [r(2, 3), r(2, 3)])
+    case("conv2d_nobias_rect", lambda x, w: F.conv2d(x, w, None, stride=(2, 1), padding=(1, 2)),
+         [r(2, 2, 5, 6), r(3, 2, 3, 2)])
+    case("conv2d_1x1", lambda x, w, b: F.conv2d(x, w, b), [r(2, 3, 4, 4), r(5, 3, 1, 1), r(5)])
+    case("max_pool2d_k3s2p1", lambda x: F.max_pool2d(x, 3, 2, 1), [r(2, 2, 7, 6)])
+    case("max_pool2d_rect", lambda x: F.max_pool2d(x, (2, 3), (1, 2)), [r(1, 3, 5, 7)])
+    save_safetensors(os.path.join(OUT, "ref_audit_ops.safetensors"), out,
+                     {"generator": "tests/ref/gen_refs.py", "torch": torch.__version__})
+
+
 def check_c_file(path):
     """Print the tensors of a safetensors file written by the C library (manual check)."""
     for k, v in load_safetensors(path).items():
@@ -272,6 +335,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     gen_io()
     gen_ops()
+    gen_audit_ops()
     gen_models()
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"wrote reference files to {OUT} ({total} bytes)")
