@@ -135,7 +135,7 @@ static mpr_err_t gather_names(const char *my_name) {
         free(all);
         return e;
     }
-    mpri_rt.workers = calloc((size_t)mpri_rt.size, sizeof *mpri_rt.workers);
+    mpri_rt.workers = mpri_rt.size > 0 ? calloc((size_t)mpri_rt.size, sizeof *mpri_rt.workers) : NULL;
     if (!mpri_rt.workers) {
         free(all);
         return mpr_error_set(MPR_ERR_NOMEM, "mpr_init: out of memory");

@@ -107,7 +107,7 @@ static void handle_call(mpri_msg_t *msg) {
         return;
     }
     name[name_len] = '\0';
-    const mpri_function_t *fn = mpri_registry_find(msg->hdr.function_id);
+    const mpri_function_t *fn = mpri_registry_find_named(msg->hdr.function_id, name);
     if (!fn) {
         /* Decode anyway: RRefs among the arguments must complete their fork
          * protocol (their senders wait for the child accepts). */

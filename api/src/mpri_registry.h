@@ -15,6 +15,10 @@ typedef struct mpri_function {
 /* The registration with wire id `id`, or NULL. The pointer stays valid until
  * mpr_registry_clear(). */
 const mpri_function_t *mpri_registry_find(uint64_t id);
+/* The registration with wire id `id` AND this exact name, or NULL: a call
+ * resolves through this, so a caller's name that merely shares the 64-bit id
+ * of a registered one is an unknown function, not a call of the other. */
+const mpri_function_t *mpri_registry_find_named(uint64_t id, const char *name);
 
 /* What a handler sees (call.c). */
 struct mpr_call_ctx {

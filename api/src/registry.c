@@ -1,7 +1,7 @@
 /* registry.c — registered functions, by name hash.
  *
  * Invariants: ids are unique (a second name with the same 64-bit hash is
- * rejected with both names in the message); entries are immutable once
+ * rejected with both names in the message); calls resolve by id and name; entries are immutable once
  * published and freed only by mpr_registry_clear(), so lookups return stable
  * pointers under a read lock. */
 #include "mpri_registry.h"
@@ -29,6 +29,11 @@ const mpri_function_t *mpri_registry_find(uint64_t id) {
     const mpri_function_t *f = find_locked(id);
     pthread_rwlock_unlock(&registry.lock);
     return f;
+}
+
+const mpri_function_t *mpri_registry_find_named(uint64_t id, const char *name) {
+    const mpri_function_t *f = mpri_registry_find(id);
+    return f && strcmp(f->name, name) == 0 ? f : NULL;
 }
 
 static mpr_err_t add(const char *name, mpr_fn_t fn, mpr_async_fn_t afn, void *user_data) {

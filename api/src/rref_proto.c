@@ -492,7 +492,7 @@ static void handle_remote_call(mpri_msg_t *msg) {
     if (!mpri_gid_eq(fork, id)) mpri_owner_add_fork(o, fork);
     q->msg = msg;
     q->owner = o;
-    q->fn = mpri_registry_find(msg->hdr.function_id);
+    q->fn = mpri_registry_find_named(msg->hdr.function_id, name);
     if (!q->fn) {
         mpr_value_t *unused = NULL; /* decoded anyway: RRef arguments must complete their forks */
         if (mpri_msg_decode_value(msg, 2u + name_len + 24u, &unused) == MPR_OK) mpr_value_release(unused);

@@ -201,6 +201,19 @@ static void test_remote_error(void) {
     CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "no_such_fn", NULL, 0, &r), MPR_ERR_UNKNOWN_FUNCTION);
     CHECK_CONTAINS(mpr_last_error(), "no_such_fn");
     CHECK_CONTAINS(mpr_last_error(), expect);
+    /* A name with the same 64-bit wire id as a registered function is still
+     * unknown: calls resolve by id and name (the pair collides in FNV-1a 64). */
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "fe8b35413ef19461e", NULL, 0, &r));
+    mpr_value_release(r);
+    r = NULL;
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "ff29a81dc8450be11", NULL, 0, &r), MPR_ERR_UNKNOWN_FUNCTION);
+    CHECK_CONTAINS(mpr_last_error(), "'ff29a81dc8450be11'");
+    CHECK(r == NULL);
+    mpr_rref_t *rr = mpr_remote(mpr_to_rank(dst), "ff29a81dc8450be11", NULL, 0);
+    CHECK(rr != NULL);
+    CHECK_ERR(mpr_rref_to_here(rr, 10, &r), MPR_ERR_UNKNOWN_FUNCTION);
+    CHECK_CONTAINS(mpr_last_error(), "'ff29a81dc8450be11'");
+    mpr_rref_release(rr);
     /* handler argument errors surface too */
     mpr_value_t *bad = mpr_value_list_of(1, mpr_value_new_string("x"));
     CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "add", bad, 0, &r), MPR_ERR_REMOTE);
@@ -308,6 +321,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("double_tensor", fn_double_tensor, NULL));
     CHECK_OK(mpr_register_function("nested", fn_nested, NULL));
     CHECK_OK(mpr_register_async_function("async_chain", fn_async_chain, NULL));
+    CHECK_OK(mpr_register_function("fe8b35413ef19461e", fn_whoami, NULL));
     CHECK_ERR(mpr_register_function("add", fn_add, NULL), MPR_ERR_EXISTS);
     mpr_init_options_t opts;
     mpr_init_options_default(&opts);
