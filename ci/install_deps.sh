@@ -1,9 +1,17 @@
 #!/bin/bash
 # Install what building and testing mpirpc needs on Debian 12 (run as root, or
 # with sudo available). Idempotent: skips apt when everything is present.
+# --test also installs PyTorch 1.13 (python3-torch, with NumPy), which the
+# interop test uses to read the files the library writes (it skips without).
 set -euo pipefail
 packages=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libcmocka-dev libopenblas-dev
           libhwloc-dev zlib1g-dev dataset-fashion-mnist)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(python3-torch)
+elif [ $# -gt 0 ]; then
+  echo "usage: $0 [--test]" >&2
+  exit 2
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

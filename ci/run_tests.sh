@@ -5,7 +5,7 @@
 # Usage: ci/run_tests.sh [--no-sanitizers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/install_deps.sh
+bash ci/install_deps.sh --test
 
 # Open MPI refuses to run as root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
