@@ -4,7 +4,14 @@
  * for each case NAME: the inputs NAME.in0.., the output NAME.out, the
  * upstream gradient NAME.gout and the input gradients NAME.grad0... This test
  * loads the same inputs, runs our op, runs backward with the same upstream
- * gradient and compares output and gradients (f32, rtol 1e-4, atol 1e-5). */
+ * gradient and compares output and gradients (f32, rtol 1e-4, atol 1e-5).
+ * ref_audit_ops.safetensors (gen_audit_ops, same layout) adds variants: other
+ * dims and keepdim, 1-D and doubly broadcast matmul operands, linear on 3-D
+ * input and without bias, softmax over dim 0, ignore_index and 1-D inputs for
+ * the losses, 3-D embedding indices, index_select/gather along other dims,
+ * cat of three, stack along the last dim, conv2d without bias with a
+ * rectangular kernel/stride/padding and 1x1, max_pool2d with padding and
+ * rectangular windows. Every case of a file must have its C counterpart. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -92,11 +99,31 @@ static mpr_tensor_t *f_dropout_eval(mpr_tensor_t **in) {
     return mpr_mul_scalar(mpr_dropout(in[0], 0.5, false, NULL), 1.5);
 }
 
-static const struct {
+/* Variants (ref_audit_ops.safetensors). */
+static mpr_tensor_t *f_pow_neg(mpr_tensor_t **in) { return mpr_pow(in[0], -1.5); }
+static mpr_tensor_t *f_clamp_min(mpr_tensor_t **in) { return mpr_clamp(in[0], -0.2, INFINITY); }
+static mpr_tensor_t *f_mean_dims12(mpr_tensor_t **in) { return mpr_mean_dims(in[0], 2, (const int[]){1, 2}, false); }
+static mpr_tensor_t *f_sum_last_keep(mpr_tensor_t **in) { return mpr_sum_dims(in[0], 1, (const int[]){-1}, true); }
+static mpr_tensor_t *f_max_dim0_keep(mpr_tensor_t **in) { return mpr_max_dim(in[0], 0, true, NULL); }
+static mpr_tensor_t *f_linear_nobias(mpr_tensor_t **in) { return mpr_linear(in[0], in[1], NULL); }
+static mpr_tensor_t *f_softmax0(mpr_tensor_t **in) { return mpr_softmax(in[0], 0); }
+static mpr_tensor_t *f_log_softmax_last(mpr_tensor_t **in) { return mpr_log_softmax(in[0], -1); }
+static mpr_tensor_t *f_index_select1(mpr_tensor_t **in) { return mpr_index_select(in[0], 1, in[1]); }
+static mpr_tensor_t *f_gather0(mpr_tensor_t **in) { return mpr_gather(in[0], 0, in[1]); }
+static mpr_tensor_t *f_cat3(mpr_tensor_t **in) { return mpr_cat(in, 3, 0); }
+static mpr_tensor_t *f_stack2(mpr_tensor_t **in) { return mpr_stack(in, 2, 2); }
+static mpr_tensor_t *f_conv_rect(mpr_tensor_t **in) { return mpr_conv2d(in[0], in[1], NULL, 2, 1, 1, 2); }
+static mpr_tensor_t *f_conv_1x1(mpr_tensor_t **in) { return mpr_conv2d(in[0], in[1], in[2], 1, 1, 0, 0); }
+static mpr_tensor_t *f_pool_k3s2p1(mpr_tensor_t **in) { return mpr_max_pool2d(in[0], 3, 3, 2, 2, 1, 1); }
+static mpr_tensor_t *f_pool_rect(mpr_tensor_t **in) { return mpr_max_pool2d(in[0], 2, 3, 1, 2, 0, 0); }
+
+typedef struct {
     const char *name;
     int nin;
     op_fn fn;
-} cases[] = {
+} op_case_t;
+
+static const op_case_t cases[] = {
     {"add", 2, f_add},
     {"sub", 2, f_sub},
     {"mul", 2, f_mul},
@@ -149,21 +176,37 @@ static const struct {
     {"max_pool2d", 1, f_max_pool2d},
 };
 
+static const op_case_t variants[] = {
+    {"div_bcast_both", 2, f_div},
+    {"pow_neg", 1, f_pow_neg},
+    {"clamp_min_only", 1, f_clamp_min},
+    {"mean_dims12", 1, f_mean_dims12},
+    {"sum_last_keep", 1, f_sum_last_keep},
+    {"max_dim0_keep", 1, f_max_dim0_keep},
+    {"matmul_vec_mat", 2, f_matmul},
+    {"matmul_mat_vec", 2, f_matmul},
+    {"matmul_bcast_both", 2, f_matmul},
+    {"linear_3d", 3, f_linear},
+    {"linear_nobias", 2, f_linear_nobias},
+    {"softmax_dim0", 1, f_softmax0},
+    {"log_softmax_3d", 1, f_log_softmax_last},
+    {"cross_entropy_ignore", 2, f_cross_entropy},
+    {"nll_loss_ignore", 2, f_nll_loss},
+    {"cross_entropy_1d", 2, f_cross_entropy},
+    {"mse_loss_3d", 2, f_mse_loss},
+    {"embedding_3d", 2, f_embedding},
+    {"index_select_dim1", 2, f_index_select1},
+    {"gather_dim0", 2, f_gather0},
+    {"cat_dim0_3", 3, f_cat3},
+    {"stack_dim2", 2, f_stack2},
+    {"conv2d_nobias_rect", 2, f_conv_rect},
+    {"conv2d_1x1", 3, f_conv_1x1},
+    {"max_pool2d_k3s2p1", 1, f_pool_k3s2p1},
+    {"max_pool2d_rect", 1, f_pool_rect},
+};
+
 static mpr_tensor_dict_t *refs;
 
-static int setup(void **state) {
-    const char *dir = getenv("MPIRPC_TEST_DATA");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/ref_ops.safetensors", dir ? dir : "tests/data");
-    refs = mpr_safetensors_load(path);
-    if (!refs) fprintf(stderr, "cannot load %s: %s\n", path, mpr_last_error());
-    return refs ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    mpr_tensor_dict_destroy(refs);
-    return 0;
-}
 
 static mpr_tensor_t *ref(const char *name, const char *suffix) {
     char key[128];
@@ -185,12 +228,12 @@ static bool close_to(const char *what, const char *name, mpr_tensor_t *got, mpr_
     return false;
 }
 
-static bool run_case(int c) {
-    const char *name = cases[c].name;
+static bool run_case(const op_case_t *c) {
+    const char *name = c->name;
     bool ok = true;
     mpr_scope_begin();
     mpr_tensor_t *in[4] = {0};
-    for (int i = 0; i < cases[c].nin; i++) {
+    for (int i = 0; i < c->nin; i++) {
         char suffix[16];
         snprintf(suffix, sizeof suffix, "in%d", i);
         mpr_tensor_t *r = ref(name, suffix);
@@ -205,7 +248,7 @@ static bool run_case(int c) {
             has_grad |= strcmp(mpr_tensor_dict_name(refs, k), key) == 0;
         if (has_grad) assert_int_equal(mpr_set_requires_grad(in[i], true), MPR_OK);
     }
-    mpr_tensor_t *y = cases[c].fn(in);
+    mpr_tensor_t *y = c->fn(in);
     ok &= close_to("output", name, y, ref(name, "out"));
     if (y) {
         mpr_err_t rc = mpr_backward(y, ref(name, "gout"), false);
@@ -213,7 +256,7 @@ static bool run_case(int c) {
             print_error("%s backward: %s\n", name, mpr_last_error());
             ok = false;
         } else {
-            for (int i = 0; i < cases[c].nin; i++) {
+            for (int i = 0; i < c->nin; i++) {
                 char suffix[16];
                 snprintf(suffix, sizeof suffix, "grad%d", i);
                 if (!mpr_requires_grad(in[i])) continue;
@@ -227,19 +270,47 @@ static bool run_case(int c) {
     return ok;
 }
 
-static void test_ops_against_pytorch(void **state) {
+/* Run every case against the reference file `file` (in MPIRPC_TEST_DATA). */
+static void run_file(const char *file, const op_case_t *cs, size_t n) {
+    const char *dir = getenv("MPIRPC_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir ? dir : "tests/data", file);
+    refs = mpr_safetensors_load(path);
+    if (!refs) fail_msg("cannot load %s: %s", path, mpr_last_error());
     int64_t live = mpr_tensor_live_count();
     int failed = 0;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        bool ok = run_case((int)c);
-        print_message("%-16s %s\n", cases[c].name, ok ? "ok" : "FAILED");
+    for (size_t c = 0; c < n; c++) {
+        bool ok = run_case(&cs[c]);
+        print_message("%-20s %s\n", cs[c].name, ok ? "ok" : "FAILED");
         failed += !ok;
     }
     assert_int_equal(failed, 0);
+    size_t n_out = 0; /* every case in the file has a C counterpart */
+    for (size_t k = 0; k < mpr_tensor_dict_count(refs); k++) {
+        const char *nm = mpr_tensor_dict_name(refs, k);
+        size_t l = strlen(nm);
+        n_out += l > 4 && strcmp(nm + l - 4, ".out") == 0;
+    }
+    assert_int_equal(n_out, n);
     assert_int_equal(mpr_tensor_live_count(), live);
+    mpr_tensor_dict_destroy(refs);
+    refs = NULL;
+}
+
+static void test_ops_against_pytorch(void **state) {
+    (void)state;
+    run_file("ref_ops.safetensors", cases, sizeof cases / sizeof cases[0]);
+}
+
+static void test_op_variants_against_pytorch(void **state) {
+    (void)state;
+    run_file("ref_audit_ops.safetensors", variants, sizeof variants / sizeof variants[0]);
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_ops_against_pytorch)};
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ops_against_pytorch),
+        cmocka_unit_test(test_op_variants_against_pytorch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
