@@ -8,7 +8,7 @@ Writes into tests/data/ (next to this script's parent):
                            big-endian) for test_tensor_io
   ref_ops.safetensors      per op: inputs, output and input gradients for a fixed
                            upstream gradient (test_ref_ops)
-  ref_audit_ops.safetensors  more variants of those ops, same layout (test_audit_ref_ops)
+  ref_audit_ops.safetensors  more variants of those ops, same layout (test_ref_ops)
   ref_<model>.safetensors  small models: weights (PyTorch names), input, output, loss
                            and every parameter gradient (test_ref_models)
 Inputs are seeded, so reruns give identical files. Everything is float32 except
@@ -263,7 +263,7 @@ def gen_models():
 def gen_audit_ops():
     """Variants of the ops in gen_ops (other dims, keepdim, no bias, strides and
     padding, ignore_index, 1-D matmul operands...) written to ref_audit_ops.safetensors
-    for test_audit_ref_ops; same layout as ref_ops.safetensors. Separate file and
+    for test_ref_ops; same layout as ref_ops.safetensors. Separate file and
     generator so ref_ops.safetensors stays byte-identical."""
     g = torch.Generator().manual_seed(4321)
 
