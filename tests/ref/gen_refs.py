@@ -79,6 +79,27 @@ def gen_io():
 
 
 # ---------------------------------------------------------------- ops
+def record_case(out, r, name, fn, inputs, needs_grad=None):
+    """One op case into `out`: NAME.in0.., NAME.out, NAME.gout (drawn with r) and
+    NAME.grad0... Float inputs get requires_grad unless needs_grad says otherwise."""
+    ins = []
+    for i, t in enumerate(inputs):
+        t = t.clone()
+        rg = t.is_floating_point() if needs_grad is None else needs_grad[i]
+        if rg:
+            t.requires_grad_(True)
+        ins.append(t)
+        out[f"{name}.in{i}"] = t.detach()
+    y = fn(*ins)
+    gy = r(*y.shape) if y.dim() > 0 else torch.tensor(1.0)
+    out[f"{name}.out"] = y.detach()
+    out[f"{name}.gout"] = gy
+    y.backward(gy)
+    for i, t in enumerate(ins):
+        if t.requires_grad:
+            out[f"{name}.grad{i}"] = t.grad.detach()
+
+
 def gen_ops():
     g = torch.Generator().manual_seed(1234)
 
@@ -88,23 +109,7 @@ def gen_ops():
     out = {}
 
     def case(name, fn, inputs, needs_grad=None):
-        """inputs: list of tensors; float ones get requires_grad unless needs_grad says otherwise."""
-        ins = []
-        for i, t in enumerate(inputs):
-            t = t.clone()
-            rg = t.is_floating_point() if needs_grad is None else needs_grad[i]
-            if rg:
-                t.requires_grad_(True)
-            ins.append(t)
-            out[f"{name}.in{i}"] = t.detach()
-        y = fn(*ins)
-        gy = r(*y.shape) if y.dim() > 0 else torch.tensor(1.0)
-        out[f"{name}.out"] = y.detach()
-        out[f"{name}.gout"] = gy
-        y.backward(gy)
-        for i, t in enumerate(ins):
-            if t.requires_grad:
-                out[f"{name}.grad{i}"] = t.grad.detach()
+        record_case(out, r, name, fn, inputs, needs_grad)
 
     # elementwise (broadcasting in the binary ones)
     case("add", torch.add, [r(3, 4), r(4)])
@@ -273,21 +278,7 @@ def gen_audit_ops():
     out = {}
 
     def case(name, fn, inputs):
-        ins = []
-        for i, t in enumerate(inputs):
-            t = t.clone()
-            if t.is_floating_point():
-                t.requires_grad_(True)
-            ins.append(t)
-            out[f"{name}.in{i}"] = t.detach()
-        y = fn(*ins)
-        gy = r(*y.shape) if y.dim() > 0 else torch.tensor(1.0)
-        out[f"{name}.out"] = y.detach()
-        out[f"{name}.gout"] = gy
-        y.backward(gy)
-        for i, t in enumerate(ins):
-            if t.requires_grad:
-                out[f"{name}.grad{i}"] = t.grad.detach()
+        record_case(out, r, name, fn, inputs)
 
     case("div_bcast_both", torch.div, [r(3, 1), r(1, 4, lo=0.5, hi=2.0)])
     case("pow_neg", lambda a: torch.pow(a, -1.5), [r(3, 4, lo=0.3, hi=2.0)])
