@@ -44,4 +44,18 @@ static inline mpr_tensor_t *tu_i64(int ndim, const int64_t *shape, const int64_t
             fail_msg("error '%s' does not mention '%s'", mpr_last_error(), (needle));         \
     } while (0)
 
+/* Run a cmocka group and fail it if the live-tensor count changed across
+ * the whole group (a leak in any test): main() ends with
+ * `return tu_run_group_no_leaks(tests, n)`. */
+static inline int tu_run_group_no_leaks_(const struct CMUnitTest *tests, size_t n, const char *name) {
+    int64_t live = mpr_tensor_live_count();
+    int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+    if (mpr_tensor_live_count() != live) {
+        fprintf(stderr, "leak: %lld live tensors\n", (long long)(mpr_tensor_live_count() - live));
+        return 1;
+    }
+    return rc;
+}
+#define tu_run_group_no_leaks(tests) tu_run_group_no_leaks_(tests, sizeof(tests) / sizeof((tests)[0]), #tests)
+
 #endif

@@ -200,11 +200,5 @@ int main(void) {
         cmocka_unit_test(test_loss_values),    cmocka_unit_test(test_loss_grad),
         cmocka_unit_test(test_loss_errors),    cmocka_unit_test(test_cuda_matches_cpu),
     };
-    int64_t live = mpr_tensor_live_count();
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (mpr_tensor_live_count() != live) {
-        fprintf(stderr, "leak: %lld live tensors\n", (long long)(mpr_tensor_live_count() - live));
-        return 1;
-    }
-    return rc;
+    return tu_run_group_no_leaks(tests);
 }

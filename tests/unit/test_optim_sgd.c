@@ -138,11 +138,5 @@ int main(void) {
         cmocka_unit_test(test_sgd_numerics), cmocka_unit_test(test_sgd_f32_skip_and_explicit),
         cmocka_unit_test(test_sgd_version_bump), cmocka_unit_test(test_sgd_errors),
     };
-    int64_t live = mpr_tensor_live_count();
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (mpr_tensor_live_count() != live) {
-        fprintf(stderr, "leak: %lld live tensors\n", (long long)(mpr_tensor_live_count() - live));
-        return 1;
-    }
-    return rc;
+    return tu_run_group_no_leaks(tests);
 }
