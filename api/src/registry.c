@@ -1,9 +1,9 @@
 /* registry.c — registered functions, by name hash.
  *
  * Invariants: ids are unique (a second name with the same 64-bit hash is
- * rejected with both names in the message); calls resolve by id and name; entries are immutable once
- * published and freed only by mpr_registry_clear(), so lookups return stable
- * pointers under a read lock. */
+ * rejected with both names in the message); calls resolve by id and name;
+ * entries are immutable once published and freed only by
+ * mpr_registry_clear(), so lookups return stable pointers under a read lock. */
 #include "mpri_registry.h"
 
 #include <pthread.h>
