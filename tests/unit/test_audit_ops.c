@@ -11,6 +11,7 @@
  *   - the seeded generator gives pinned numbers (same on every run and
  *     machine, not only twice in one process);
  *   - mpr_tensor_empty / zeros_like / ones_like / full shapes and dtypes. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -225,7 +226,8 @@ static void test_rng_pinned(void **state) {
     for (int i = 0; i < 3; i++) {
         assert_true(u[i] == want_u[i]);
         assert_true(rd[i] == want_r[i]);
-        assert_true(nd[i] == want_n[i]);
+        /* randn goes through libm's log and cos: allow 2 float ulps for another libm. */
+        assert_true(fabsf(nd[i] - want_n[i]) <= 2.5e-7f * fabsf(want_n[i]) + 1e-12f);
     }
     for (int i = 0; i < 2; i++) assert_true(ud[i] == want_uu[i]);
     mpr_tensor_release(r);
