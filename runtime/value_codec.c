@@ -131,6 +131,20 @@ void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out
     }
 }
 
+/* The strides of a contiguous tensor are products of its dims with 0 taken as
+ * 1, also for an empty tensor, whose numel (0) the shape check bounds: bound
+ * that product the same way (INT64_MAX / 16), so an empty shape such as
+ * [0, 2^40, 2^40] cannot overflow the strides. */
+static bool strides_fit(uint8_t ndim, const int64_t *shape) {
+    uint64_t limit = INT64_MAX / 16, n = 1;
+    for (int i = 0; i < ndim; i++) {
+        uint64_t d = shape[i] > 0 ? (uint64_t)shape[i] : 1;
+        if (d > limit / n) return false;
+        n *= d;
+    }
+    return true;
+}
+
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out) {
     mpr_err_t e = MPR_OK;
     uint32_t made = 0;
@@ -146,7 +160,8 @@ mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor
         if ((e = mpri_read(in, shape, sizeof(int64_t) * ndim))) break;
         int64_t numel;
         if (mpri_tensor_check_shape("decode", dtype, ndim, shape, &numel) ||
-            (uint64_t)numel * mpr_dtype_size(dtype) > MPRI_MAX_TENSOR_BYTES) {
+            (uint64_t)numel * mpr_dtype_size(dtype) > MPRI_MAX_TENSOR_BYTES ||
+            !strides_fit(ndim, shape)) {
             e = mpr_error_set(MPR_ERR_DECODE, "tensor %u: invalid or oversized shape", made);
             break;
         }

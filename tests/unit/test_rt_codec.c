@@ -300,6 +300,49 @@ static void test_value_accessors(void **state) {
     mpr_value_release(args);
 }
 
+/* Found by tests/fuzz/fuzz_wire_decode: an empty tensor (a zero dim) whose
+ * other dims multiply past INT64_MAX passed the shape check (numel 0) and
+ * overflowed the contiguous strides in mpr_tensor_empty (signed overflow, UB).
+ * Such descriptors are now rejected; an empty tensor with large dims whose
+ * strides fit is still accepted. */
+static void test_fuzz_regressions(void **state) {
+    /* the fuzzer's input, minimized: a whole message (header, no body, 256
+     * tensors; the first descriptor is F32 [0, 0x6c6f6c6f000000af, ...]) */
+    static const uint8_t crash_strides[] = {
+        0x52, 0x4d, 0x01, 0x01, 0x01, 0x80, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x01, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x02, 0x68, 0x65, 0x00, 0x01,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x04, 0x02, 0x68, 0x65, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xaf, 0x00, 0x00, 0x00,
+        0x6c, 0x6f, 0x6c, 0x6f, 0x00, 0x00, 0x6c, 0x6f, 0x6c, 0x6f, 0x6c, 0x6f,
+    };
+    mpri_wire_header_t h;
+    assert_int_equal(mpri_wire_header_read(crash_strides, sizeof crash_strides, &h), MPR_OK);
+    assert_int_equal(h.tensor_count, 256);
+    mpr_tensor_t *out[256] = {0};
+    mpri_reader_t r;
+    mpri_reader_init(&r, crash_strides + sizeof h + h.body_len, sizeof crash_strides - sizeof h - h.body_len);
+    int64_t live = mpr_tensor_live_count();
+    assert_int_equal(mpri_tensor_descs_decode(&r, h.tensor_count, out), MPR_ERR_DECODE);
+    assert_int_equal(mpr_tensor_live_count(), live);
+    assert_null(out[0]);
+    /* the same defect in one readable descriptor: F32 [0, 2^40, 2^40] */
+    uint8_t empty_huge[2 + 3 * 8] = {MPR_F32, 3};
+    int64_t dims[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
+    memcpy(empty_huge + 2, dims, sizeof dims);
+    mpri_reader_init(&r, empty_huge, sizeof empty_huge);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    assert_null(out[0]);
+    /* F32 [0, 2^40]: empty, strides fit, still accepted */
+    uint8_t empty_ok[2 + 2 * 8] = {MPR_F32, 2};
+    memcpy(empty_ok + 2, dims, 2 * sizeof *dims);
+    mpri_reader_init(&r, empty_ok, sizeof empty_ok);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_OK);
+    assert_int_equal(mpr_tensor_numel(out[0]), 0);
+    mpr_tensor_release(out[0]);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars_round_trip),
@@ -309,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_descriptors_rejected),
         cmocka_unit_test(test_wire_header),
         cmocka_unit_test(test_value_accessors),
+        cmocka_unit_test(test_fuzz_regressions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
