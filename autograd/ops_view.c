@@ -67,18 +67,18 @@ static mpr_err_t infer_shape(const char *op, const mpr_tensor_t *t, int ndim, co
     if (ndim < 0 || ndim > MPR_MAX_DIMS || (ndim > 0 && !shape))
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: bad ndim %d", op, ndim);
     int infer = -1;
-    int64_t prod = 1;
     for (int i = 0; i < ndim; i++) {
         out[i] = shape[i];
         if (shape[i] == -1) {
             if (infer >= 0) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: more than one -1 in shape", op);
             infer = i;
-        } else if (shape[i] < 0) {
-            return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: negative size %lld", op, (long long)shape[i]);
-        } else {
-            prod *= shape[i];
+            out[i] = 1; /* resolved below, once the other dims are known valid */
         }
     }
+    /* Negative sizes and products that overflow (also through a 0 dim) are
+     * refused here, before any arithmetic on the new shape. */
+    int64_t prod;
+    if (mpri_tensor_check_shape(op, t->dtype, ndim, out, &prod) != MPR_OK) return mpr_last_error_code();
     int64_t numel = mpr_tensor_numel(t);
     char s1[96], s2[96];
     if (infer >= 0) {
@@ -97,7 +97,7 @@ bad:
 static mpr_tensor_t *reshape_impl(const mpri_op_def_t *def, mpr_tensor_t *t, int ndim,
                                   const int64_t *shape, bool allow_copy) {
     if (!t) return NULL;
-    int64_t sh[MPR_MAX_DIMS], st[MPR_MAX_DIMS];
+    int64_t sh[MPR_MAX_DIMS] = {0}, st[MPR_MAX_DIMS]; /* = {0}: gcc -O2 cannot see infer_shape fill it */
     if (infer_shape(def->name, t, ndim, shape, sh) != MPR_OK) return NULL;
     mpr_tensor_t *out;
     if (view_strides(t, ndim, sh, st)) {

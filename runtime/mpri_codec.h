@@ -14,11 +14,16 @@
 
 #define MPRI_MAX_VALUE_DEPTH 64
 #define MPRI_MAX_TENSOR_BYTES ((size_t)0x7fffffff) /* one MPI message per tensor */
+/* Tensor data of one message, all tensors together: the receiver allocates
+ * it all before the first byte arrives, so a corrupt header must not make it
+ * reserve more. Checked by the sender (a clear error) and the receiver. */
+#define MPRI_MAX_MESSAGE_TENSOR_BYTES ((uint64_t)1 << 36) /* 64 GiB */
 
 typedef struct mpri_tensor_list {
     mpr_tensor_t **items;    /* contiguous CPU tensors to send, one reference each */
     const mpr_tensor_t **orig; /* the tensors the value named (for de-duplication) */
     uint32_t len, cap;
+    uint64_t total_bytes;    /* data bytes of items, bounded by MPRI_MAX_MESSAGE_TENSOR_BYTES */
 } mpri_tensor_list_t;
 
 void mpri_tensor_list_init(mpri_tensor_list_t *l);
@@ -33,7 +38,9 @@ mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
 /* Descriptors of `tensors` (dtype, ndim, shape each). */
 void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out);
 /* Read `count` descriptors and allocate an empty CPU tensor for each into
- * out[0..count). On failure no tensor is left allocated. */
+ * out[0..count). All descriptors are validated (each tensor and their total
+ * within the limits above) before anything is allocated. On failure no
+ * tensor is left allocated. */
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out);
 
 /* Decode one value; tensor indices refer to tensors[0..ntensors) (borrowed;

@@ -45,7 +45,9 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
                                const int64_t *shape, const int64_t *strides, int64_t offset);
 
 /* Validates dtype/ndim/shape; returns MPR_OK or MPR_ERR_INVALID_ARG with detail
- * naming `op`. On success *numel_out holds the element count (overflow-checked). */
+ * naming `op`. Both the element count and the product of the dims with 0 taken
+ * as 1 (the largest contiguous stride) must stay within INT64_MAX / 16. On
+ * success *numel_out holds the element count. */
 mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
                                   const int64_t *shape, int64_t *numel_out);
 

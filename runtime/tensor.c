@@ -72,13 +72,18 @@ mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
                              MPR_MAX_DIMS);
     if (ndim > 0 && !shape)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape is NULL", op);
-    int64_t numel = 1;
+    /* Contiguous strides are products of the dims with 0 taken as 1, so bound
+     * that product (not only numel, which a 0 dim makes 0): an empty shape such
+     * as [0, 2^40, 2^40] would otherwise overflow the strides. */
+    int64_t numel = 1, stride_span = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: negative size %lld in dim %d", op,
                                  (long long)shape[i], i);
-        if (shape[i] != 0 && numel > INT64_MAX / 16 / shape[i])
+        int64_t d = shape[i] > 0 ? shape[i] : 1;
+        if (stride_span > INT64_MAX / 16 / d)
             return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape too large", op);
+        stride_span *= d;
         numel *= shape[i];
     }
     *numel_out = numel;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "mpri_tensor.h"
+#include "mpri_wire.h"
 
 void mpri_tensor_list_init(mpri_tensor_list_t *l) { memset(l, 0, sizeof *l); }
 
@@ -39,6 +40,13 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
     if (mpr_tensor_nbytes(t) > MPRI_MAX_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: tensor of %zu bytes exceeds the 2 GiB limit",
                              mpr_tensor_nbytes(t));
+    if (l->len == MPRI_MAX_TENSORS_PER_MESSAGE)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: more than %d tensors in one message",
+                             MPRI_MAX_TENSORS_PER_MESSAGE);
+    if (l->total_bytes + mpr_tensor_nbytes(t) > MPRI_MAX_MESSAGE_TENSOR_BYTES)
+        return mpr_error_set(MPR_ERR_INVALID_ARG,
+                             "encode: tensors of one message exceed the 64 GiB limit (%llu + %zu bytes)",
+                             (unsigned long long)l->total_bytes, mpr_tensor_nbytes(t));
     if (l->len == l->cap) {
         uint32_t cap = l->cap ? l->cap * 2 : 4;
         mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
@@ -53,6 +61,7 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
     if (!c) return mpr_last_error_code();
     l->items[l->len] = c;
     l->orig[l->len] = t;
+    l->total_bytes += mpr_tensor_nbytes(c);
     *index = l->len++;
     return MPR_OK;
 }
@@ -131,40 +140,42 @@ void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out
     }
 }
 
-/* The strides of a contiguous tensor are products of its dims with 0 taken as
- * 1, also for an empty tensor, whose numel (0) the shape check bounds: bound
- * that product the same way (INT64_MAX / 16), so an empty shape such as
- * [0, 2^40, 2^40] cannot overflow the strides. */
-static bool strides_fit(uint8_t ndim, const int64_t *shape) {
-    uint64_t limit = INT64_MAX / 16, n = 1;
-    for (int i = 0; i < ndim; i++) {
-        uint64_t d = shape[i] > 0 ? (uint64_t)shape[i] : 1;
-        if (d > limit / n) return false;
-        n *= d;
-    }
-    return true;
+/* One descriptor: dtype, ndim, shape; validated, not allocated. */
+static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, uint8_t *ndim,
+                           int64_t *shape, uint64_t *nbytes) {
+    mpr_err_t e;
+    if ((e = mpri_read_u8(in, dtype)) || (e = mpri_read_u8(in, ndim))) return e;
+    if (*dtype >= MPR_DTYPE_COUNT || *ndim > MPR_MAX_DIMS)
+        return mpr_error_set(MPR_ERR_DECODE, "tensor %u: bad descriptor (dtype %u, ndim %u)", index,
+                             *dtype, *ndim);
+    if ((e = mpri_read(in, shape, sizeof(int64_t) * *ndim))) return e;
+    int64_t numel;
+    if (mpri_tensor_check_shape("decode", *dtype, *ndim, shape, &numel) ||
+        (uint64_t)numel * mpr_dtype_size(*dtype) > MPRI_MAX_TENSOR_BYTES)
+        return mpr_error_set(MPR_ERR_DECODE, "tensor %u: invalid or oversized shape", index);
+    *nbytes = (uint64_t)numel * mpr_dtype_size(*dtype);
+    return MPR_OK;
 }
 
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out) {
-    mpr_err_t e = MPR_OK;
+    uint8_t dtype, ndim;
+    int64_t shape[MPR_MAX_DIMS];
+    uint64_t nbytes, total = 0;
+    /* First pass over a copy of the reader: every descriptor valid and the
+     * total within the message limit, before any storage is reserved. */
+    mpri_reader_t scan = *in;
+    for (uint32_t i = 0; i < count; i++) {
+        mpr_err_t e = read_desc(&scan, i, &dtype, &ndim, shape, &nbytes);
+        if (e) return e;
+        total += nbytes; /* <= 65536 * 2 GiB: no overflow */
+    }
+    if (total > MPRI_MAX_MESSAGE_TENSOR_BYTES)
+        return mpr_error_set(MPR_ERR_DECODE, "%u tensors of %llu bytes in all exceed the 64 GiB limit",
+                             count, (unsigned long long)total);
     uint32_t made = 0;
+    mpr_err_t e = MPR_OK;
     for (; made < count; made++) {
-        uint8_t dtype, ndim;
-        int64_t shape[MPR_MAX_DIMS];
-        if ((e = mpri_read_u8(in, &dtype)) || (e = mpri_read_u8(in, &ndim))) break;
-        if (dtype >= MPR_DTYPE_COUNT || ndim > MPR_MAX_DIMS) {
-            e = mpr_error_set(MPR_ERR_DECODE, "tensor %u: bad descriptor (dtype %u, ndim %u)", made,
-                              dtype, ndim);
-            break;
-        }
-        if ((e = mpri_read(in, shape, sizeof(int64_t) * ndim))) break;
-        int64_t numel;
-        if (mpri_tensor_check_shape("decode", dtype, ndim, shape, &numel) ||
-            (uint64_t)numel * mpr_dtype_size(dtype) > MPRI_MAX_TENSOR_BYTES ||
-            !strides_fit(ndim, shape)) {
-            e = mpr_error_set(MPR_ERR_DECODE, "tensor %u: invalid or oversized shape", made);
-            break;
-        }
+        if ((e = read_desc(in, made, &dtype, &ndim, shape, &nbytes))) break;
         out[made] = mpr_tensor_empty(dtype, ndim, shape);
         if (!out[made]) {
             e = mpr_last_error_code();

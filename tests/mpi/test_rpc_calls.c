@@ -1,6 +1,6 @@
 /* test_rpc_calls.c — rpc_sync/rpc_async between ranks: results, then-chains,
- * self-calls, remote errors, unknown functions, timeouts, tensors, nested and
- * async-execution chains. Run with 2, 3 and 4 ranks. */
+ * self-calls, remote errors, unknown functions, timeouts, tensors, the
+ * per-message tensor limits, nested and async-execution chains. Run with 2, 3 and 4 ranks. */
 #include <math.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -62,6 +62,27 @@ static mpr_err_t fn_double_tensor(mpr_call_ctx_t *ctx, const mpr_value_t *args, 
 }
 
 /* Nested: depth d on rank r calls depth d-1 on rank (r+1)%size, sync inside a handler. */
+/* A list of n distinct 0-d u8 tensors. */
+static mpr_value_t *many_tensors(int n) {
+    mpr_value_t *l = mpr_value_new_list();
+    for (int i = 0; i < n; i++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_U8, 0, NULL);
+        *(uint8_t *)mpr_tensor_data(t) = (uint8_t)i;
+        mpr_value_list_append(l, mpr_value_new_tensor(t));
+        mpr_tensor_release(t);
+    }
+    return l;
+}
+
+/* (n) -> a list of n tensors */
+static mpr_err_t fn_many_tensors(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    int64_t n;
+    mpr_err_t e = mpr_args_int(args, 0, &n);
+    if (e) return e;
+    *result = many_tensors((int)n);
+    return MPR_OK;
+}
+
 static mpr_err_t fn_nested(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
     int64_t depth;
     mpr_err_t e = mpr_args_int(args, 0, &depth);
@@ -297,6 +318,33 @@ static void test_large_tensor(void) {
     mpr_tensor_release(t);
 }
 
+/* More tensors than one message may carry: a clear error on the side that
+ * encodes (arguments: the caller; result: the callee, reported to the caller),
+ * and the runtime goes on. 65536 still travel. */
+static void test_message_limits(void) {
+    if (rank != 0) return;
+    int dst = size - 1;
+    mpr_value_t *args = many_tensors(65537), *r = NULL;
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(dst), "echo", args, 30, &r), MPR_ERR_INVALID_ARG);
+    CHECK_CONTAINS(mpr_last_error(), "more than 65536 tensors in one message");
+    CHECK(r == NULL);
+    mpr_value_release(args);
+    mpr_value_t *n = mpr_value_list_of(1, mpr_value_new_int(65537));
+    CHECK(mpr_rpc_sync(mpr_to_rank(dst), "many_tensors", n, 30, &r) != MPR_OK);
+    CHECK_CONTAINS(mpr_last_error(), "cannot send the result");
+    CHECK_CONTAINS(mpr_last_error(), "more than 65536 tensors in one message");
+    CHECK(r == NULL);
+    mpr_value_release(n);
+    n = mpr_value_list_of(1, mpr_value_new_int(65536));
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "many_tensors", n, 60, &r));
+    CHECK(mpr_value_list_len(r) == 65536);
+    mpr_tensor_t *last;
+    CHECK_OK(mpr_value_get_tensor(mpr_value_list_get(r, 65535), &last));
+    CHECK(*(const uint8_t *)mpr_tensor_data(last) == (uint8_t)65535);
+    mpr_value_release(r);
+    mpr_value_release(n);
+}
+
 static void test_nested_chain(void) {
     if (rank != 0) return;
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(100)), *r;
@@ -320,6 +368,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("echo", fn_echo, NULL));
     CHECK_OK(mpr_register_function("double_tensor", fn_double_tensor, NULL));
     CHECK_OK(mpr_register_function("nested", fn_nested, NULL));
+    CHECK_OK(mpr_register_function("many_tensors", fn_many_tensors, NULL));
     CHECK_OK(mpr_register_async_function("async_chain", fn_async_chain, NULL));
     CHECK_OK(mpr_register_function("fe8b35413ef19461e", fn_whoami, NULL));
     CHECK_ERR(mpr_register_function("add", fn_add, NULL), MPR_ERR_EXISTS);
@@ -339,6 +388,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_timeout);
     RUN_TEST(test_values_roundtrip);
     RUN_TEST(test_large_tensor);
+    RUN_TEST(test_message_limits);
     RUN_TEST(test_nested_chain);
     MPITEST_REPORT();
     CHECK_OK(mpr_shutdown(true));

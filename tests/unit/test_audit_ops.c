@@ -249,6 +249,24 @@ static void test_creation_shapes(void **state) {
     mpr_tensor_t *s = mpr_tensor_empty(MPR_F64, 0, NULL); /* 0-d */
     assert_int_equal(mpr_tensor_numel(s), 1);
     mpr_tensor_release(s);
+    /* An empty shape whose other dims would overflow the contiguous strides
+     * is refused like a too-large one; at the bound (2^59 / 2^3) it is fine. */
+    const int64_t big = (int64_t)1 << 40;
+    assert_null(mpr_tensor_empty(MPR_F32, MPR_SHAPE(0, big, big)));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "empty: shape too large"));
+    assert_null(mpr_zeros(MPR_F32, MPR_SHAPE(big, big, 0)));
+    mpr_tensor_t *edge = mpr_tensor_empty(MPR_F32, MPR_SHAPE(0, (int64_t)1 << 28, (int64_t)1 << 28));
+    assert_non_null(edge);
+    assert_int_equal(mpr_tensor_strides(edge)[0], (int64_t)1 << 56);
+    /* reshape/view to such a shape: refused before any stride arithmetic */
+    assert_null(mpr_reshape(edge, 3, (int64_t[]){big, 0, big}));
+    assert_non_null(strstr(mpr_last_error(), "reshape: shape too large"));
+    assert_null(mpr_view(edge, 3, (int64_t[]){big, big, big}));
+    assert_non_null(strstr(mpr_last_error(), "view: shape too large"));
+    assert_null(mpr_reshape(edge, 2, (int64_t[]){-2, 0}));
+    assert_non_null(strstr(mpr_last_error(), "reshape: negative size -2"));
+    mpr_tensor_release(edge);
     mpr_scope_begin();
     mpr_tensor_t *f = mpr_full(MPR_F64, MPR_SHAPE(2, 3), -1.5);
     mpr_tensor_t *zl = mpr_zeros_like(f), *ol = mpr_ones_like(f);

@@ -343,6 +343,83 @@ static void test_fuzz_regressions(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live);
 }
 
+/* Encode `v` and expect `code` with `text` in the message. */
+static void encode_fails(const mpr_value_t *v, mpr_err_t code, const char *text) {
+    mpri_buf_t buf;
+    mpri_tensor_list_t tl;
+    mpri_buf_init(&buf);
+    mpri_tensor_list_init(&tl);
+    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), code);
+    assert_non_null(strstr(mpr_last_error(), text));
+    mpri_tensor_list_fini(&tl);
+    mpri_buf_fini(&buf);
+}
+
+/* One message carries at most MPRI_MAX_TENSORS_PER_MESSAGE tensors and
+ * MPRI_MAX_MESSAGE_TENSOR_BYTES of their data: the sender refuses more with a
+ * clear error (before, the receiver dropped the message and the call hung);
+ * the receiver refuses descriptors over the total before allocating any. */
+static void test_message_tensor_limits(void **state) {
+    int64_t live = mpr_tensor_live_count();
+    /* count: 65536 distinct 0-d tensors encode, one more is refused */
+    mpr_value_t *many = mpr_value_new_list();
+    for (int i = 0; i < MPRI_MAX_TENSORS_PER_MESSAGE; i++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_U8, 0, NULL);
+        assert_int_equal(mpr_value_list_append(many, mpr_value_new_tensor(t)), MPR_OK);
+        mpr_tensor_release(t);
+    }
+    mpri_buf_t buf;
+    mpri_tensor_list_t tl;
+    mpri_buf_init(&buf);
+    mpri_tensor_list_init(&tl);
+    assert_int_equal(mpri_value_encode(many, &buf, &tl, 0), MPR_OK);
+    assert_int_equal(tl.len, MPRI_MAX_TENSORS_PER_MESSAGE);
+    assert_int_equal(tl.total_bytes, MPRI_MAX_TENSORS_PER_MESSAGE);
+    mpri_tensor_list_fini(&tl);
+    mpri_buf_fini(&buf);
+    mpr_tensor_t *extra = mpr_tensor_empty(MPR_U8, 0, NULL);
+    assert_int_equal(mpr_value_list_append(many, mpr_value_new_tensor(extra)), MPR_OK);
+    mpr_tensor_release(extra);
+    encode_fails(many, MPR_ERR_INVALID_ARG, "more than 65536 tensors in one message");
+    mpr_value_release(many);
+
+    /* bytes: 65 views of one 1 GiB storage (never touched) are 65 GiB */
+    const int64_t gib_f32[1] = {(int64_t)1 << 28};
+    mpr_tensor_t *base = mpr_tensor_empty(MPR_F32, 1, gib_f32);
+    assert_non_null(base);
+    mpr_value_t *big = mpr_value_new_list();
+    for (int i = 0; i < 65; i++) {
+        mpr_tensor_t *v = mpri_tensor_view(base->storage, MPR_F32, 1, gib_f32, NULL, 0);
+        assert_int_equal(mpr_value_list_append(big, mpr_value_new_tensor(v)), MPR_OK);
+        mpr_tensor_release(v);
+    }
+    encode_fails(big, MPR_ERR_INVALID_ARG, "exceed the 64 GiB limit");
+    mpr_value_release(big);
+    mpr_tensor_release(base);
+
+    /* receiver: 33 descriptors of F32 [2^29 - 1] (just under 2 GiB each) are
+     * 66 GiB in all: refused, nothing allocated */
+    uint8_t descs[33][2 + 8];
+    int64_t n = ((int64_t)1 << 29) - 1;
+    for (int i = 0; i < 33; i++) {
+        descs[i][0] = MPR_F32;
+        descs[i][1] = 1;
+        memcpy(&descs[i][2], &n, sizeof n);
+    }
+    mpr_tensor_t *out[33] = {0};
+    mpri_reader_t r;
+    mpri_reader_init(&r, descs, sizeof descs);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 33, out), MPR_ERR_DECODE);
+    assert_non_null(strstr(mpr_last_error(), "exceed the 64 GiB limit"));
+    assert_null(out[0]);
+    /* the same descriptors one by one are each fine (shape check only) */
+    mpri_reader_init(&r, descs, sizeof descs[0]);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_OK);
+    assert_int_equal(mpr_tensor_nbytes(out[0]), (size_t)n * 4);
+    mpr_tensor_release(out[0]);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars_round_trip),
@@ -353,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_wire_header),
         cmocka_unit_test(test_value_accessors),
         cmocka_unit_test(test_fuzz_regressions),
+        cmocka_unit_test(test_message_tensor_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,9 @@
  * view is made contiguous first). A call to the caller's own rank skips MPI
  * and the callee then shares the caller's tensor storages (mutating an
  * argument in place is visible to the caller, as with any shared tensor).
+ * Limits per message (arguments or result): each tensor at most 2 GiB - 1
+ * of data, at most 65536 distinct tensors and 64 GiB of tensor data in all;
+ * a larger value fails the call with MPR_ERR_INVALID_ARG before it is sent.
  *
  * Timeouts: timeout_s < 0 (MPR_TIMEOUT_DEFAULT) uses the default from
  * mpr_init_options_t, 0 means none, > 0 seconds. A call that times out fails
