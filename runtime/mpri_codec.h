@@ -24,6 +24,8 @@ typedef struct mpri_tensor_list {
     const mpr_tensor_t **orig; /* the tensors the value named (for de-duplication) */
     uint32_t len, cap;
     uint64_t total_bytes;    /* data bytes of items, bounded by MPRI_MAX_MESSAGE_TENSOR_BYTES */
+    uint32_t *slots;         /* open-addressing index orig -> position + 1, once len > 16 */
+    uint32_t nslots;         /* power of two, > 2 * len; 0 while the list is scanned linearly */
 } mpri_tensor_list_t;
 
 void mpri_tensor_list_init(mpri_tensor_list_t *l);

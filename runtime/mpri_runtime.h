@@ -72,7 +72,8 @@ typedef struct mpri_msg {
     bool data_inline; /* `data` lives in the same allocation as the struct */
     const uint8_t *body;
     mpr_tensor_t **tensors; /* [hdr.tensor_count], received */
-    MPI_Request *reqs;      /* data receives while assembling */
+    MPI_Request *reqs;      /* data receives (one per batch) while assembling */
+    int nreqs;
     struct mpri_msg *next;
 } mpri_msg_t;
 

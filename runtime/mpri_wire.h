@@ -3,10 +3,12 @@
  *
  * Every active message is one MPI message on MPRI_TAG_AM:
  *   [header (56 bytes)] [body: body_len bytes] [tensor descriptors]
- * followed, when tensor_count > 0, by one MPI message per tensor on tag
- * `data_tag` carrying that tensor's bytes straight from/into its storage.
- * The header is versioned; a receiver rejects a wrong magic/version, an
- * unknown kind, or lengths that disagree with the received size. */
+ * followed, when tensor_count > 0, by batch_count MPI messages on tag
+ * `data_tag` carrying the tensors' bytes straight from/into their storage,
+ * batched as mpri_tensor_batches.h describes (version 2; version 1 sent one
+ * message per tensor). The header is versioned; a receiver rejects a wrong
+ * magic/version, an unknown kind, lengths that disagree with the received
+ * size, or a batch count that cannot fit the tensor count. */
 #ifndef MPRI_WIRE_H
 #define MPRI_WIRE_H
 
@@ -16,7 +18,7 @@
 #include "mpirpc/error.h"
 
 #define MPRI_WIRE_MAGIC 0x4d52u /* "RM" */
-#define MPRI_WIRE_VERSION 1
+#define MPRI_WIRE_VERSION 2
 #define MPRI_TAG_AM 1
 #define MPRI_TAG_DATA_FIRST 2
 
@@ -67,7 +69,7 @@ typedef struct mpri_wire_header {
     uint64_t autograd_context_id;
     uint64_t autograd_message_id;
     uint32_t data_tag;
-    uint32_t reserved2;
+    uint32_t batch_count; /* MPI messages carrying the tensors: 0 without tensors, else 1..tensor_count */
 } mpri_wire_header_t;
 
 _Static_assert(sizeof(mpri_wire_header_t) == 56, "wire header must be 56 bytes");

@@ -27,6 +27,7 @@
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
+#include "mpri_tensor_batches.h"
 #include "mpri_runtime.h"
 
 typedef struct tracked_send {
@@ -120,7 +121,7 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
     snprintf(text, sizeof text, "On %s: rejected a malformed message from rank %d: %s",
              mpri_rt.workers[mpri_rt.rank].name, msg->src, mpr_last_error());
     if (header_ok) {
-        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
+        for (uint32_t i = 0; i < msg->hdr.batch_count; i++) {
             MPI_Message m;
             MPI_Status st;
             int count = 0;
@@ -167,7 +168,11 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
     }
     msg->tensors = calloc(n, sizeof *msg->tensors);
     msg->reqs = malloc(sizeof *msg->reqs * n);
-    if (!msg->tensors || !msg->reqs) {
+    uint32_t *starts = malloc(sizeof *starts * (n + 1));
+    int *lens = malloc(sizeof *lens * n);
+    MPI_Aint *displs = malloc(sizeof *displs * n);
+    if (!msg->tensors || !msg->reqs || !starts || !lens || !displs) {
+        free(starts), free(lens), free(displs);
         mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensors", n);
         reject_incoming(msg, true, MPR_ERR_NOMEM);
         return;
@@ -181,12 +186,27 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
         e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
     }
     if (e) {
+        free(starts), free(lens), free(displs);
         reject_incoming(msg, true, e);
         return;
     }
-    for (uint32_t i = 0; i < n; i++)
-        MPI_Irecv(mpr_tensor_data(msg->tensors[i]), (int)mpr_tensor_nbytes(msg->tensors[i]), MPI_BYTE,
-                  src, (int)msg->hdr.data_tag, mpri_rt.comm, &msg->reqs[i]);
+    /* The same batches the sender made (mpri_tensor_batches.h). */
+    msg->nreqs = (int)mpri_batches_plan(msg->tensors, n, starts);
+    if ((uint32_t)msg->nreqs != msg->hdr.batch_count) {
+        for (uint32_t i = 0; i < n; i++) {
+            mpr_tensor_release(msg->tensors[i]);
+            msg->tensors[i] = NULL;
+        }
+        free(starts), free(lens), free(displs);
+        mpr_error_set(MPR_ERR_DECODE, "%u tensor batches announced, the descriptors make %d",
+                      msg->hdr.batch_count, msg->nreqs);
+        reject_incoming(msg, true, MPR_ERR_DECODE);
+        return;
+    }
+    for (int b = 0; b < msg->nreqs; b++)
+        mpri_batch_post(false, msg->tensors, starts[b], starts[b + 1], src, (int)msg->hdr.data_tag,
+                        mpri_rt.comm, lens, displs, &msg->reqs[b]);
+    free(starts), free(lens), free(displs);
     msg->next = prog.assembling;
     prog.assembling = msg;
     atomic_fetch_add(&prog.busy, 1);
@@ -198,7 +218,7 @@ static int test_assembling(void) {
     while (*link) {
         mpri_msg_t *msg = *link;
         int flag = 0;
-        MPI_Testall((int)msg->hdr.tensor_count, msg->reqs, &flag, MPI_STATUSES_IGNORE);
+        MPI_Testall(msg->nreqs, msg->reqs, &flag, MPI_STATUSES_IGNORE);
         if (!flag) {
             link = &msg->next;
             continue;

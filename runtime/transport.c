@@ -2,8 +2,9 @@
  * of complete incoming messages, requests with reply futures, replies.
  *
  * Invariants:
- * - A message's tensors travel as separate MPI messages on the message's
- *   data tag, sent from the tensors' own storage (no serialization copy).
+ * - A message's tensors travel in batches on the message's data tag, sent
+ *   from the tensors' own storage (no serialization copy; see
+ *   mpri_tensor_batches.h).
  * - msgs_sent is incremented before a message can be received anywhere and
  *   msgs_processed only after the receiver finished with it (mpri_msg_done),
  *   including any reply it sent; graceful shutdown relies on this.
@@ -20,6 +21,7 @@
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
+#include "mpri_tensor_batches.h"
 
 typedef struct {
     mpri_msg_handler_t fn;
@@ -145,6 +147,7 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     if (h->tensor_count) {
         unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
         h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
+        h->batch_count = mpri_batches_plan(m->tensors.items, m->tensors.len, NULL);
         mpri_tensor_descs_encode(&m->tensors, &m->body);
     }
     if (m->body.failed || m->body.len > MPRI_MAX_MESSAGE_BYTES) {
@@ -168,23 +171,39 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
         }
         return MPR_OK;
     }
-    int n = 1 + (int)h->tensor_count;
-    MPI_Request stack_reqs[8];
-    MPI_Request *reqs = n <= 8 ? stack_reqs : malloc(sizeof *reqs * (size_t)n);
-    if (!reqs) {
-        mpri_outmsg_fini(m);
-        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+    /* The body, then the tensors in batches (mpri_tensor_batches.h). */
+    uint32_t nt = h->tensor_count;
+    uint32_t stack_starts[9];
+    int stack_lens[8];
+    MPI_Aint stack_displs[8];
+    MPI_Request stack_reqs[9];
+    uint32_t *starts = stack_starts;
+    int *lens = stack_lens;
+    MPI_Aint *displs = stack_displs;
+    MPI_Request *reqs = stack_reqs;
+    if (nt > 8) {
+        starts = malloc(sizeof *starts * (nt + 1));
+        lens = malloc(sizeof *lens * nt);
+        displs = malloc(sizeof *displs * nt);
+        reqs = malloc(sizeof *reqs * (nt + 1));
+        if (!starts || !lens || !displs || !reqs) {
+            free(starts), free(lens), free(displs), free(reqs);
+            mpri_outmsg_fini(m);
+            return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+        }
     }
+    uint32_t nbatches = mpri_batches_plan(m->tensors.items, nt, starts);
+    int n = 1 + (int)nbatches;
     atomic_fetch_add(&mpri_rt.msgs_sent, 1);
     int posted = 0, rc = MPI_Isend(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
     if (rc == MPI_SUCCESS) posted = 1;
-    for (uint32_t i = 0; rc == MPI_SUCCESS && i < h->tensor_count; i++) {
-        mpr_tensor_t *t = m->tensors.items[i];
-        rc = MPI_Isend(mpr_tensor_data(t), (int)mpr_tensor_nbytes(t), MPI_BYTE, dst, (int)h->data_tag,
-                       mpri_rt.comm, &reqs[1 + i]);
+    for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
+        rc = mpri_batch_post(true, m->tensors.items, starts[b], starts[b + 1], dst, (int)h->data_tag,
+                             mpri_rt.comm, lens, displs, &reqs[1 + b]);
         if (rc == MPI_SUCCESS) posted++;
     }
+    if (starts != stack_starts) free(starts), free(lens), free(displs);
     if (rc != MPI_SUCCESS) {
         char text[MPI_MAX_ERROR_STRING];
         if (posted == 0) atomic_fetch_sub(&mpri_rt.msgs_sent, 1);

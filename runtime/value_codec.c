@@ -24,15 +24,57 @@ void mpri_tensor_list_fini(mpri_tensor_list_t *l) {
     for (uint32_t i = 0; i < l->len; i++) mpr_tensor_release(l->items[i]);
     free(l->items);
     free(l->orig);
+    free(l->slots);
     memset(l, 0, sizeof *l);
 }
 
+/* De-duplication of the tensors a value names: a linear scan for short lists,
+ * a pointer hash index beyond (a value of 65536 tensors must not cost 2^31
+ * comparisons). */
+#define LINEAR_SCAN_MAX 16
+
+static uint32_t slot_of(const mpr_tensor_t *t, uint32_t nslots) {
+    uint64_t h = (uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) & (nslots - 1);
+}
+
+/* Position of `t` in the list, or -1. */
+static int64_t tensor_list_find(const mpri_tensor_list_t *l, const mpr_tensor_t *t) {
+    if (!l->nslots) {
+        for (uint32_t i = 0; i < l->len; i++)
+            if (l->orig[i] == t) return i;
+        return -1;
+    }
+    for (uint32_t s = slot_of(t, l->nslots);; s = (s + 1) & (l->nslots - 1)) {
+        if (!l->slots[s]) return -1;
+        if (l->orig[l->slots[s] - 1] == t) return l->slots[s] - 1;
+    }
+}
+
+/* Make room in the index for one more entry (built once the list outgrows
+ * the linear scan; doubled to stay at most half full). */
+static mpr_err_t tensor_list_reserve_index(mpri_tensor_list_t *l) {
+    if (l->len + 1 <= LINEAR_SCAN_MAX || (uint64_t)(l->len + 1) * 2 < l->nslots) return MPR_OK;
+    uint32_t nslots = l->nslots ? l->nslots * 2 : 64;
+    uint32_t *slots = calloc(nslots, sizeof *slots);
+    if (!slots) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+    for (uint32_t i = 0; i < l->len; i++) {
+        uint32_t s = slot_of(l->orig[i], nslots);
+        while (slots[s]) s = (s + 1) & (nslots - 1);
+        slots[s] = i + 1;
+    }
+    free(l->slots);
+    l->slots = slots;
+    l->nslots = nslots;
+    return MPR_OK;
+}
+
 static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index) {
-    for (uint32_t i = 0; i < l->len; i++)
-        if (l->orig[i] == t) {
-            *index = i;
-            return MPR_OK;
-        }
+    int64_t found = tensor_list_find(l, t);
+    if (found >= 0) {
+        *index = (uint32_t)found;
+        return MPR_OK;
+    }
     if (mpr_tensor_device(t) >= 0)
         return mpr_error_set(MPR_ERR_UNSUPPORTED,
                              "encode: tensor on cuda:%d; move it to the CPU before sending",
@@ -57,11 +99,18 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
         l->orig = orig;
         l->cap = cap;
     }
+    mpr_err_t e = tensor_list_reserve_index(l);
+    if (e) return e;
     mpr_tensor_t *c = mpr_tensor_contiguous(t);
     if (!c) return mpr_last_error_code();
     l->items[l->len] = c;
     l->orig[l->len] = t;
     l->total_bytes += mpr_tensor_nbytes(c);
+    if (l->nslots) {
+        uint32_t s = slot_of(t, l->nslots);
+        while (l->slots[s]) s = (s + 1) & (l->nslots - 1);
+        l->slots[s] = l->len + 1;
+    }
     *index = l->len++;
     return MPR_OK;
 }

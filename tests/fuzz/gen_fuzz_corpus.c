@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mpri_codec.h"
+#include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
 static const char *dir;
@@ -25,7 +26,8 @@ static void write_msg(const char *name, int kind, uint16_t flags, uint32_t data_
     if (tl) mpri_tensor_descs_encode(tl, &descs);
     mpri_wire_header_t h = {.magic = MPRI_WIRE_MAGIC, .version = MPRI_WIRE_VERSION, .kind = (uint8_t)kind,
                             .flags = flags, .tensor_count = tl ? tl->len : 0, .body_len = (uint32_t)body->len,
-                            .request_id = 1, .function_id = mpri_hash_name("f"), .data_tag = data_tag};
+                            .request_id = 1, .function_id = mpri_hash_name("f"), .data_tag = data_tag,
+                            .batch_count = tl ? mpri_batches_plan(tl->items, tl->len, NULL) : 0};
     mpri_buf_put(&all, &h, sizeof h);
     mpri_buf_put(&all, body->data, body->len);
     mpri_buf_put(&all, descs.data, descs.len);

@@ -62,6 +62,15 @@ static mpr_err_t fn_double_tensor(mpr_call_ctx_t *ctx, const mpr_value_t *args, 
 }
 
 /* Nested: depth d on rank r calls depth d-1 on rank (r+1)%size, sync inside a handler. */
+/* The argument list, reversed (its items shared). */
+static mpr_err_t fn_reverse(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    mpr_value_t *l = mpr_value_new_list();
+    for (size_t i = mpr_value_list_len(args); i-- > 0;)
+        mpr_value_list_append(l, mpr_value_retain((mpr_value_t *)mpr_value_list_get(args, i)));
+    *result = l;
+    return MPR_OK;
+}
+
 /* A list of n distinct 0-d u8 tensors. */
 static mpr_value_t *many_tensors(int n) {
     mpr_value_t *l = mpr_value_new_list();
@@ -345,6 +354,56 @@ static void test_message_limits(void) {
     mpr_value_release(n);
 }
 
+/* Tensors of every batch shape (mpri_tensor_batches.h) arrive intact: small
+ * ones gathered into shared batches (two, past 16 MiB), large ones alone,
+ * empty ones, a tensor named twice, mixed dtypes, both ways. */
+static void test_tensor_batches(void) {
+    if (rank != 0) return;
+    int dst = size - 1;
+    mpr_value_t *args = mpr_value_new_list();
+    int64_t n = 0;
+    const int64_t sizes[] = {1, 16384 /* 64 KiB of f32: alone */, 0, 3, 262144 /* 1 MiB */, 5};
+    for (int i = 0; i < 6; i++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_F32, 1, &sizes[i]);
+        float *p = mpr_tensor_data(t);
+        for (int64_t j = 0; j < sizes[i]; j++) p[j] = (float)(n++ % 9973) - 0.5f;
+        mpr_value_list_append(args, mpr_value_new_tensor(t));
+        mpr_tensor_release(t);
+    }
+    const int64_t small_u8[1] = {60 << 10}; /* 300 of these: 18 MB of small tensors */
+    for (int i = 0; i < 300; i++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_U8, 1, small_u8);
+        uint8_t *p = mpr_tensor_data(t);
+        for (int64_t j = 0; j < small_u8[0]; j++) p[j] = (uint8_t)(i * 31 + j);
+        mpr_value_list_append(args, mpr_value_new_tensor(t));
+        mpr_tensor_release(t);
+    }
+    const int64_t shape2[2] = {4, 6};
+    mpr_tensor_t *m = mpr_tensor_empty(MPR_F64, 2, shape2);
+    for (int j = 0; j < 24; j++) ((double *)mpr_tensor_data(m))[j] = j * 0.25;
+    mpr_value_list_append(args, mpr_value_new_int(7)); /* not a tensor, between tensors */
+    mpr_value_list_append(args, mpr_value_new_tensor(m));
+    mpr_value_list_append(args, mpr_value_new_tensor(m)); /* the same tensor again */
+    mpr_value_t *r = NULL;
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "echo", args, 60, &r));
+    CHECK(mpr_value_equal(args, r));
+    CHECK(mpr_value_list_len(r) == 309);
+    mpr_tensor_t *a, *b;
+    CHECK_OK(mpr_value_get_tensor(mpr_value_list_get(r, 307), &a));
+    CHECK_OK(mpr_value_get_tensor(mpr_value_list_get(r, 308), &b));
+    CHECK(a == b);
+    mpr_value_release(r);
+    /* reversed on the way back: the two directions batch differently, so a
+     * misplaced tensor in either cannot be undone by the other */
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), "reverse", args, 60, &r));
+    CHECK(mpr_value_list_len(r) == 309);
+    for (size_t i = 0; i < 309; i++)
+        CHECK(mpr_value_equal(mpr_value_list_get(args, i), mpr_value_list_get(r, 308 - i)));
+    mpr_value_release(r);
+    mpr_value_release(args);
+    mpr_tensor_release(m);
+}
+
 static void test_nested_chain(void) {
     if (rank != 0) return;
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(100)), *r;
@@ -369,6 +428,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("double_tensor", fn_double_tensor, NULL));
     CHECK_OK(mpr_register_function("nested", fn_nested, NULL));
     CHECK_OK(mpr_register_function("many_tensors", fn_many_tensors, NULL));
+    CHECK_OK(mpr_register_function("reverse", fn_reverse, NULL));
     CHECK_OK(mpr_register_async_function("async_chain", fn_async_chain, NULL));
     CHECK_OK(mpr_register_function("fe8b35413ef19461e", fn_whoami, NULL));
     CHECK_ERR(mpr_register_function("add", fn_add, NULL), MPR_ERR_EXISTS);
@@ -389,6 +449,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_values_roundtrip);
     RUN_TEST(test_large_tensor);
     RUN_TEST(test_message_limits);
+    RUN_TEST(test_tensor_batches);
     RUN_TEST(test_nested_chain);
     MPITEST_REPORT();
     CHECK_OK(mpr_shutdown(true));

@@ -12,6 +12,7 @@
 
 #include "mpri_codec.h"
 #include "mpri_tensor.h"
+#include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
 /* Encode v; decode through freshly allocated tensors (data copied the way the
@@ -268,6 +269,23 @@ static void test_wire_header(void **state) {
     bad.kind = MPRI_MSG_KIND_COUNT;
     memcpy(msg, &bad, sizeof bad);
     assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
+    /* the batch count must fit the tensor count (wire version 2) */
+    bad = h;
+    bad.tensor_count = 3;
+    bad.batch_count = 0;
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
+    assert_non_null(strstr(mpr_last_error(), "0 tensor batches for 3 tensors"));
+    bad.batch_count = 4;
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
+    bad.batch_count = 3;
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_OK);
+    bad = h;
+    bad.batch_count = 1; /* batches without tensors */
+    memcpy(msg, &bad, sizeof bad);
+    assert_int_equal(mpri_wire_header_read(msg, sizeof msg, &out), MPR_ERR_DECODE);
     assert_string_equal(mpri_msg_kind_name(MPRI_MSG_CALL), "call");
     assert_int_not_equal(mpri_hash_name("add"), mpri_hash_name("sub"));
 }
@@ -307,12 +325,13 @@ static void test_value_accessors(void **state) {
  * strides fit is still accepted. */
 static void test_fuzz_regressions(void **state) {
     /* the fuzzer's input, minimized: a whole message (header, no body, 256
-     * tensors; the first descriptor is F32 [0, 0x6c6f6c6f000000af, ...]) */
+     * tensors; the first descriptor is F32 [0, 0x6c6f6c6f000000af, ...]);
+     * header updated to wire version 2 (version byte, batch_count 1) */
     static const uint8_t crash_strides[] = {
-        0x52, 0x4d, 0x01, 0x01, 0x01, 0x80, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+        0x52, 0x4d, 0x02, 0x01, 0x01, 0x80, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
         0x00, 0x00, 0x01, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x02, 0x68, 0x65, 0x00, 0x01,
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x04, 0x02, 0x68, 0x65, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x04, 0x02, 0x68, 0x65, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
         0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xaf, 0x00, 0x00, 0x00,
         0x6c, 0x6f, 0x6c, 0x6f, 0x00, 0x00, 0x6c, 0x6f, 0x6c, 0x6f, 0x6c, 0x6f,
     };
@@ -341,6 +360,79 @@ static void test_fuzz_regressions(void **state) {
     assert_int_equal(mpr_tensor_numel(out[0]), 0);
     mpr_tensor_release(out[0]);
     assert_int_equal(mpr_tensor_live_count(), live);
+}
+
+/* The batch plan (mpri_tensor_batches.h): tensors of 64 KiB or more alone,
+ * runs of smaller ones together up to 16 MiB, order kept. */
+static void test_batch_plan(void **state) {
+    /* sizes in bytes (u8 tensors): small, alone, empty, 300 x 60 KiB (18 MB:
+     * two runs), alone (1 MiB), small */
+    enum { N = 305 };
+    int64_t sizes[N];
+    int k = 0;
+    sizes[k++] = 4;
+    sizes[k++] = 64 << 10;
+    sizes[k++] = 0;
+    for (int i = 0; i < 300; i++) sizes[k++] = 60 << 10;
+    sizes[k++] = 1 << 20;
+    sizes[k++] = 3;
+    assert_int_equal(k, N);
+    mpr_tensor_t *ts[N];
+    int64_t live = mpr_tensor_live_count();
+    for (int i = 0; i < N; i++) ts[i] = mpr_tensor_empty(MPR_U8, 1, &sizes[i]);
+    uint32_t starts[N + 1];
+    uint32_t nb = mpri_batches_plan(ts, N, starts);
+    assert_int_equal(mpri_batches_plan(ts, N, NULL), nb);
+    /* [4] [64K] [0, 60K x 273 (16,773,120 bytes <= 16 MiB < + 60K)] [60K x 27] [1M] [3] */
+    const uint32_t want[] = {0, 1, 2, 2 + 1 + 273, 303, 304, 305};
+    assert_int_equal(nb, 6);
+    for (uint32_t b = 0; b <= nb; b++) assert_int_equal(starts[b], want[b]);
+    for (uint32_t b = 0; b < nb; b++) {
+        size_t bytes = 0;
+        for (uint32_t i = starts[b]; i < starts[b + 1]; i++) bytes += mpr_tensor_nbytes(ts[i]);
+        assert_true(starts[b + 1] - starts[b] == 1 || bytes <= MPRI_BATCH_MAX_BYTES);
+    }
+    assert_int_equal(mpri_batches_plan(ts, 0, starts), 0);
+    assert_int_equal(starts[0], 0);
+    for (int i = 0; i < N; i++) mpr_tensor_release(ts[i]);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
+/* A tensor named more than once is sent once, also past the linear scan
+ * (the list switches to a hash index beyond 16 tensors). */
+static void test_tensor_dedup_many(void **state) {
+    enum { N = 40 };
+    mpr_tensor_t *ts[N];
+    mpr_value_t *l = mpr_value_new_list();
+    for (int i = 0; i < N; i++) {
+        ts[i] = mpr_tensor_empty(MPR_I64, 0, NULL);
+        *(int64_t *)mpr_tensor_data(ts[i]) = i;
+        mpr_value_list_append(l, mpr_value_new_tensor(ts[i]));
+    }
+    for (int i = N - 1; i >= 0; i--) mpr_value_list_append(l, mpr_value_new_tensor(ts[i]));
+    mpri_buf_t buf;
+    mpri_tensor_list_t tl;
+    mpri_buf_init(&buf);
+    mpri_tensor_list_init(&tl);
+    assert_int_equal(mpri_value_encode(l, &buf, &tl, 0), MPR_OK);
+    assert_int_equal(tl.len, N);
+    assert_true(tl.nslots > 2 * N);
+    mpri_reader_t r;
+    mpri_reader_init(&r, buf.data, buf.len);
+    mpr_value_t *out = NULL;
+    assert_int_equal(mpri_value_decode(&r, tl.items, tl.len, 0, &out), MPR_OK);
+    for (int i = 0; i < N; i++) {
+        mpr_tensor_t *a, *b;
+        assert_int_equal(mpr_value_get_tensor(mpr_value_list_get(out, (size_t)i), &a), MPR_OK);
+        assert_int_equal(mpr_value_get_tensor(mpr_value_list_get(out, (size_t)(2 * N - 1 - i)), &b), MPR_OK);
+        assert_ptr_equal(a, b);
+        assert_int_equal(*(int64_t *)mpr_tensor_data(a), i);
+    }
+    mpr_value_release(out);
+    mpri_tensor_list_fini(&tl);
+    mpri_buf_fini(&buf);
+    mpr_value_release(l);
+    for (int i = 0; i < N; i++) mpr_tensor_release(ts[i]);
 }
 
 /* Encode `v` and expect `code` with `text` in the message. */
@@ -431,6 +523,8 @@ int main(void) {
         cmocka_unit_test(test_value_accessors),
         cmocka_unit_test(test_fuzz_regressions),
         cmocka_unit_test(test_message_tensor_limits),
+        cmocka_unit_test(test_tensor_dedup_many),
+        cmocka_unit_test(test_batch_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,55 @@
+/* tensor_batches.c — the batch plan of a message's tensors and posting one
+ * batch as one MPI message (see mpri_tensor_batches.h).
+ *
+ * Invariant: the plan depends only on the tensors' byte sizes, which the
+ * receiver knows from the descriptors, so both sides agree on it. */
+#include "mpri_tensor_batches.h"
+
+uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *starts) {
+    uint32_t nb = 0;
+    size_t run_bytes = 0;
+    bool run_open = false; /* the last batch is a run of small tensors that may grow */
+    for (uint32_t i = 0; i < n; i++) {
+        size_t b = mpr_tensor_nbytes(tensors[i]);
+        if (b >= MPRI_BATCH_ALONE_BYTES) {
+            if (starts) starts[nb] = i;
+            nb++;
+            run_open = false;
+        } else if (run_open && run_bytes + b <= MPRI_BATCH_MAX_BYTES) {
+            run_bytes += b;
+        } else {
+            if (starts) starts[nb] = i;
+            nb++;
+            run_open = true;
+            run_bytes = b;
+        }
+    }
+    if (starts) starts[nb] = n;
+    return nb;
+}
+
+int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
+                    int tag, MPI_Comm comm, int *lens, MPI_Aint *displs, MPI_Request *req) {
+    if (end - first == 1) {
+        mpr_tensor_t *t = tensors[first];
+        int bytes = (int)mpr_tensor_nbytes(t); /* <= MPRI_MAX_TENSOR_BYTES */
+        return send ? MPI_Isend(mpr_tensor_data(t), bytes, MPI_BYTE, peer, tag, comm, req)
+                    : MPI_Irecv(mpr_tensor_data(t), bytes, MPI_BYTE, peer, tag, comm, req);
+    }
+    uint32_t k = end - first;
+    for (uint32_t i = 0; i < k; i++) {
+        mpr_tensor_t *t = tensors[first + i];
+        lens[i] = (int)mpr_tensor_nbytes(t); /* < MPRI_BATCH_ALONE_BYTES */
+        int rc = MPI_Get_address(mpr_tensor_data(t), &displs[i]);
+        if (rc != MPI_SUCCESS) return rc;
+    }
+    MPI_Datatype type;
+    int rc = MPI_Type_create_hindexed((int)k, lens, displs, MPI_BYTE, &type);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Type_commit(&type);
+    if (rc == MPI_SUCCESS)
+        rc = send ? MPI_Isend(MPI_BOTTOM, 1, type, peer, tag, comm, req)
+                  : MPI_Irecv(MPI_BOTTOM, 1, type, peer, tag, comm, req);
+    MPI_Type_free(&type); /* a pending operation keeps the type alive */
+    return rc;
+}
