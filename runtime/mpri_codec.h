@@ -13,7 +13,7 @@
 #include "mpri_value.h"
 
 #define MPRI_MAX_VALUE_DEPTH 64
-#define MPRI_MAX_TENSOR_BYTES ((size_t)0x7fffffff) /* one MPI message per tensor */
+#define MPRI_MAX_TENSOR_BYTES ((size_t)0x7fffffff) /* a large tensor is one MPI message (int count) */
 /* Tensor data of one message, all tensors together: the receiver allocates
  * it all before the first byte arrives, so a corrupt header must not make it
  * reserve more. Checked by the sender (a clear error) and the receiver. */

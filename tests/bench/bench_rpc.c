@@ -4,8 +4,9 @@
  * In one run, on the same pair of ranks: raw MPI ping-pong (8 B) and echo
  * (1 KiB .. 64 MiB) measured before mpirpc starts, then rpc_sync no-op round
  * trips (median, p99), pipelined rpc_async throughput, tensor echo round trips
- * for the same sizes, the idle CPU of each rank over 2 s, and the ratios of
- * mpirpc to raw MPI. Rank 0 prints. */
+ * for the same sizes, echo of lists of many small tensors (a model's biases
+ * and norms) next to a raw MPI echo of their total bytes, the idle CPU of
+ * each rank over 2 s, and the ratios of mpirpc to raw MPI. Rank 0 prints. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,10 @@ int main(int argc, char **argv) {
     static const int sizes[] = {1 << 10, 1 << 20, 16 << 20, 64 << 20};
     enum { NSIZES = 4 };
     double mpi_echo_s[NSIZES];
+    /* lists of many small tensors: count x bytes each */
+    static const int list_counts[] = {256, 4096}, list_bytes[] = {1 << 10, 256};
+    enum { NLISTS = 2 };
+    double mpi_list_s[NLISTS], list_s[NLISTS];
     char *buf = malloc(64 << 20);
     memset(buf, 1, 64 << 20);
 
@@ -102,6 +107,8 @@ int main(int argc, char **argv) {
     double mpi_pp = mpi_round_trip(buf, 8, quick ? 2000 : 20000);
     for (int s = 0; s < NSIZES; s++)
         mpi_echo_s[s] = mpi_round_trip(buf, sizes[s], sizes[s] <= (1 << 20) ? (quick ? 50 : 500) : (quick ? 3 : 20));
+    for (int l = 0; l < NLISTS; l++)
+        mpi_list_s[l] = mpi_round_trip(buf, list_counts[l] * list_bytes[l], quick ? 50 : 500);
     if (rank == 0) {
         printf("{\"name\":\"mpi_pingpong\",\"bytes\":8,\"median_us\":%.3f}\n", mpi_pp * 1e6);
         for (int s = 0; s < NSIZES; s++)
@@ -178,6 +185,34 @@ int main(int argc, char **argv) {
             mpr_tensor_release(x);
             printf("{\"name\":\"tensor_echo\",\"bytes\":%d,\"median_us\":%.3f,\"gbps\":%.3f}\n", sizes[s],
                    echo_s[s] * 1e6, 2.0 * sizes[s] / echo_s[s] / 1e9);
+            fflush(stdout);
+        }
+
+        for (int l = 0; l < NLISTS; l++) {
+            mpr_value_t *list = mpr_value_new_list();
+            int64_t shape[1] = {list_bytes[l]};
+            for (int i = 0; i < list_counts[l]; i++) {
+                mpr_tensor_t *x = mpr_tensor_empty(MPR_U8, 1, shape);
+                memset(mpr_tensor_data(x), i, (size_t)list_bytes[l]);
+                mpr_value_list_append(list, mpr_value_new_tensor(x));
+                mpr_tensor_release(x);
+            }
+            mpr_value_t *args = mpr_value_list_of(1, list);
+            int reps = quick ? 20 : 200;
+            double *et = malloc(sizeof *et * (size_t)reps);
+            for (int i = -2; i < reps; i++) {
+                double t1 = MPI_Wtime();
+                if ((e = mpr_rpc_sync(mpr_to_rank(1), "echo", args, 0, &r))) die("list echo", e);
+                if (i >= 0) et[i] = MPI_Wtime() - t1;
+                if (mpr_value_list_len(r) != (size_t)list_counts[l]) die("list echo length", MPR_ERR_DECODE);
+                mpr_value_release(r);
+            }
+            list_s[l] = percentile(et, reps, 0.5);
+            free(et);
+            mpr_value_release(args);
+            printf("{\"name\":\"tensor_list_echo\",\"tensors\":%d,\"bytes_each\":%d,\"median_us\":%.3f,"
+                   "\"mpi_echo_same_bytes_us\":%.3f,\"ratio_vs_mpi\":%.2f}\n",
+                   list_counts[l], list_bytes[l], list_s[l] * 1e6, mpi_list_s[l] * 1e6, list_s[l] / mpi_list_s[l]);
             fflush(stdout);
         }
     }
