@@ -5,7 +5,8 @@
  * driven through what start_incoming() and the handlers do with it:
  *   1. mpri_wire_header_read (magic, version, kind, lengths);
  *   2. no tensors: stray bytes after the body are rejected; otherwise
- *      mpri_tensor_descs_decode allocates the (empty) tensors;
+ *      mpri_tensor_descs_decode allocates the (empty) tensors and their
+ *      batch plan must cover them in order and match the header's count;
  *   3. the body: an error reply (FLAG_ERROR: u32 code + blob) as
  *      complete_from_response reads it, or one value through
  *      mpri_msg_decode_value, after the prefix the handler skips (CALL:
@@ -36,6 +37,7 @@
 #include <string.h>
 
 #include "mpri_codec.h"
+#include "mpri_tensor_batches.h"
 #include "mpri_registry.h"
 #include "mpri_rref.h"
 #include "mpri_runtime.h"
@@ -196,6 +198,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             return 0;
         }
         for (uint32_t i = 0; i < n; i++) CHECK(msg.tensors[i] && mpr_tensor_nbytes(msg.tensors[i]) <= MPRI_MAX_TENSOR_BYTES);
+        /* the batch plan, as start_incoming makes it: a count within the
+         * header's bounds, batches covering every tensor in order */
+        uint32_t *starts = malloc(sizeof *starts * (n + 1));
+        CHECK(starts);
+        uint32_t nb = mpri_batches_plan(msg.tensors, n, starts);
+        CHECK(nb >= 1 && nb <= n && starts[0] == 0 && starts[nb] == n);
+        for (uint32_t b = 0; b < nb; b++) CHECK(starts[b] < starts[b + 1]);
+        free(starts);
+        if (nb != msg.hdr.batch_count) { /* start_incoming rejects it */
+            for (uint32_t i = 0; i < n; i++) mpr_tensor_release(msg.tensors[i]);
+            free(msg.tensors);
+            CHECK(mpr_tensor_live_count() == live_before);
+            return 0;
+        }
     }
     decode_body(&msg);
     for (uint32_t i = 0; i < n; i++) mpr_tensor_release(msg.tensors[i]);
