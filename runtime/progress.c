@@ -27,8 +27,8 @@
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
-#include "mpri_tensor_batches.h"
 #include "mpri_runtime.h"
+#include "mpri_tensor_batches.h"
 
 typedef struct tracked_send {
     MPI_Request *reqs;

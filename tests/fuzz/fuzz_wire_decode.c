@@ -37,11 +37,11 @@
 #include <string.h>
 
 #include "mpri_codec.h"
-#include "mpri_tensor_batches.h"
 #include "mpri_registry.h"
 #include "mpri_rref.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
+#include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
 #define FUZZ_WORLD_SIZE 4
