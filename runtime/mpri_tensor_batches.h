@@ -30,6 +30,23 @@
  * NULL to only count. Returns nbatches (0 when n is 0). */
 uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *starts);
 
+/* Plan and datatype scratch for a message of n tensors: in the struct for up
+ * to MPRI_BATCH_SCRATCH_INLINE tensors (the usual case, no malloc), else
+ * allocated. The struct points into itself: do not copy it. */
+#define MPRI_BATCH_SCRATCH_INLINE 8
+typedef struct mpri_batch_scratch {
+    uint32_t *starts; /* n + 1 entries */
+    int *lens;        /* n entries */
+    MPI_Aint *displs; /* n entries */
+    uint32_t inline_starts[MPRI_BATCH_SCRATCH_INLINE + 1];
+    int inline_lens[MPRI_BATCH_SCRATCH_INLINE];
+    MPI_Aint inline_displs[MPRI_BATCH_SCRATCH_INLINE];
+} mpri_batch_scratch_t;
+
+/* false when out of memory (nothing left to free). */
+bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n);
+void mpri_batch_scratch_fini(mpri_batch_scratch_t *s);
+
 /* Post batch tensors[first..end) as one MPI_Isend (send) or MPI_Irecv to/from
  * `peer` on `tag`. `lens` and `displs` are scratch of at least end - first
  * entries (unused for a batch of one tensor). Returns an MPI error code. */

@@ -168,11 +168,8 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
     }
     msg->tensors = calloc(n, sizeof *msg->tensors);
     msg->reqs = malloc(sizeof *msg->reqs * n);
-    uint32_t *starts = malloc(sizeof *starts * (n + 1));
-    int *lens = malloc(sizeof *lens * n);
-    MPI_Aint *displs = malloc(sizeof *displs * n);
-    if (!msg->tensors || !msg->reqs || !starts || !lens || !displs) {
-        free(starts), free(lens), free(displs);
+    mpri_batch_scratch_t scratch;
+    if (!msg->tensors || !msg->reqs || !mpri_batch_scratch_init(&scratch, n)) {
         mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensors", n);
         reject_incoming(msg, true, MPR_ERR_NOMEM);
         return;
@@ -186,27 +183,27 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
         e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
     }
     if (e) {
-        free(starts), free(lens), free(displs);
+        mpri_batch_scratch_fini(&scratch);
         reject_incoming(msg, true, e);
         return;
     }
     /* The same batches the sender made (mpri_tensor_batches.h). */
-    msg->nreqs = (int)mpri_batches_plan(msg->tensors, n, starts);
+    msg->nreqs = (int)mpri_batches_plan(msg->tensors, n, scratch.starts);
     if ((uint32_t)msg->nreqs != msg->hdr.batch_count) {
         for (uint32_t i = 0; i < n; i++) {
             mpr_tensor_release(msg->tensors[i]);
             msg->tensors[i] = NULL;
         }
-        free(starts), free(lens), free(displs);
+        mpri_batch_scratch_fini(&scratch);
         mpr_error_set(MPR_ERR_DECODE, "%u tensor batches announced, the descriptors make %d",
                       msg->hdr.batch_count, msg->nreqs);
         reject_incoming(msg, true, MPR_ERR_DECODE);
         return;
     }
     for (int b = 0; b < msg->nreqs; b++)
-        mpri_batch_post(false, msg->tensors, starts[b], starts[b + 1], src, (int)msg->hdr.data_tag,
-                        mpri_rt.comm, lens, displs, &msg->reqs[b]);
-    free(starts), free(lens), free(displs);
+        mpri_batch_post(false, msg->tensors, scratch.starts[b], scratch.starts[b + 1], src,
+                        (int)msg->hdr.data_tag, mpri_rt.comm, scratch.lens, scratch.displs, &msg->reqs[b]);
+    mpri_batch_scratch_fini(&scratch);
     msg->next = prog.assembling;
     prog.assembling = msg;
     atomic_fetch_add(&prog.busy, 1);

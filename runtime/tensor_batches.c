@@ -5,6 +5,8 @@
  * receiver knows from the descriptors, so both sides agree on it. */
 #include "mpri_tensor_batches.h"
 
+#include <stdlib.h>
+
 uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *starts) {
     uint32_t nb = 0;
     size_t run_bytes = 0;
@@ -26,6 +28,32 @@ uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *s
     }
     if (starts) starts[nb] = n;
     return nb;
+}
+
+bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n) {
+    if (n <= MPRI_BATCH_SCRATCH_INLINE) {
+        s->starts = s->inline_starts;
+        s->lens = s->inline_lens;
+        s->displs = s->inline_displs;
+        return true;
+    }
+    s->starts = malloc(sizeof *s->starts * ((size_t)n + 1));
+    s->lens = malloc(sizeof *s->lens * n);
+    s->displs = malloc(sizeof *s->displs * n);
+    if (s->starts && s->lens && s->displs) return true;
+    mpri_batch_scratch_fini(s);
+    return false;
+}
+
+void mpri_batch_scratch_fini(mpri_batch_scratch_t *s) {
+    if (s->starts != s->inline_starts) {
+        free(s->starts);
+        free(s->lens);
+        free(s->displs);
+    }
+    s->starts = NULL;
+    s->lens = NULL;
+    s->displs = NULL;
 }
 
 int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,

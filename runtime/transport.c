@@ -173,37 +173,26 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     }
     /* The body, then the tensors in batches (mpri_tensor_batches.h). */
     uint32_t nt = h->tensor_count;
-    uint32_t stack_starts[9];
-    int stack_lens[8];
-    MPI_Aint stack_displs[8];
-    MPI_Request stack_reqs[9];
-    uint32_t *starts = stack_starts;
-    int *lens = stack_lens;
-    MPI_Aint *displs = stack_displs;
-    MPI_Request *reqs = stack_reqs;
-    if (nt > 8) {
-        starts = malloc(sizeof *starts * (nt + 1));
-        lens = malloc(sizeof *lens * nt);
-        displs = malloc(sizeof *displs * nt);
-        reqs = malloc(sizeof *reqs * (nt + 1));
-        if (!starts || !lens || !displs || !reqs) {
-            free(starts), free(lens), free(displs), free(reqs);
-            mpri_outmsg_fini(m);
-            return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
-        }
+    mpri_batch_scratch_t scratch;
+    MPI_Request stack_reqs[MPRI_BATCH_SCRATCH_INLINE + 1];
+    MPI_Request *reqs = nt <= MPRI_BATCH_SCRATCH_INLINE ? stack_reqs : malloc(sizeof *reqs * (nt + 1));
+    if (!reqs || !mpri_batch_scratch_init(&scratch, nt)) {
+        if (reqs != stack_reqs) free(reqs);
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
     }
-    uint32_t nbatches = mpri_batches_plan(m->tensors.items, nt, starts);
+    uint32_t nbatches = mpri_batches_plan(m->tensors.items, nt, scratch.starts);
     int n = 1 + (int)nbatches;
     atomic_fetch_add(&mpri_rt.msgs_sent, 1);
     int posted = 0, rc = MPI_Isend(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
     if (rc == MPI_SUCCESS) posted = 1;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
-        rc = mpri_batch_post(true, m->tensors.items, starts[b], starts[b + 1], dst, (int)h->data_tag,
-                             mpri_rt.comm, lens, displs, &reqs[1 + b]);
+        rc = mpri_batch_post(true, m->tensors.items, scratch.starts[b], scratch.starts[b + 1], dst,
+                             (int)h->data_tag, mpri_rt.comm, scratch.lens, scratch.displs, &reqs[1 + b]);
         if (rc == MPI_SUCCESS) posted++;
     }
-    if (starts != stack_starts) free(starts), free(lens), free(displs);
+    mpri_batch_scratch_fini(&scratch);
     if (rc != MPI_SUCCESS) {
         char text[MPI_MAX_ERROR_STRING];
         if (posted == 0) atomic_fetch_sub(&mpri_rt.msgs_sent, 1);
