@@ -15,6 +15,13 @@
 #include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
+/* Encode v into fresh buf/tl (the caller finis both); returns the code. */
+static mpr_err_t encode_fresh(const mpr_value_t *v, mpri_buf_t *buf, mpri_tensor_list_t *tl) {
+    mpri_buf_init(buf);
+    mpri_tensor_list_init(tl);
+    return mpri_value_encode(v, buf, tl, 0);
+}
+
 /* Encode v; decode through freshly allocated tensors (data copied the way the
  * transport would receive it). Returns the decoded value. */
 static mpr_value_t *round_trip(const mpr_value_t *v) {
@@ -144,9 +151,7 @@ static void test_nested_lists_round_trip(void **state) {
     v = nest(MPRI_MAX_VALUE_DEPTH + 1);
     mpri_buf_t buf;
     mpri_tensor_list_t tl;
-    mpri_buf_init(&buf);
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), MPR_ERR_INVALID_ARG);
+    assert_int_equal(encode_fresh(v, &buf, &tl), MPR_ERR_INVALID_ARG);
     mpri_buf_fini(&buf);
     mpri_tensor_list_fini(&tl);
     mpr_value_release(v);
@@ -168,9 +173,7 @@ static void test_truncated_and_corrupt_rejected(void **state) {
                                        mpr_value_new_double(1.5), nest(5));
     mpri_buf_t buf;
     mpri_tensor_list_t tl;
-    mpri_buf_init(&buf);
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), MPR_OK);
+    assert_int_equal(encode_fresh(v, &buf, &tl), MPR_OK);
     /* every strict prefix is rejected as truncated */
     for (size_t n = 0; n < buf.len; n++) {
         uint8_t *copy = malloc(n ? n : 1); /* exact size: ASan catches any overread */
@@ -412,9 +415,7 @@ static void test_tensor_dedup_many(void **state) {
     for (int i = N - 1; i >= 0; i--) mpr_value_list_append(l, mpr_value_new_tensor(ts[i]));
     mpri_buf_t buf;
     mpri_tensor_list_t tl;
-    mpri_buf_init(&buf);
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_value_encode(l, &buf, &tl, 0), MPR_OK);
+    assert_int_equal(encode_fresh(l, &buf, &tl), MPR_OK);
     assert_int_equal(tl.len, N);
     assert_true(tl.nslots > 2 * N);
     mpri_reader_t r;
@@ -439,9 +440,7 @@ static void test_tensor_dedup_many(void **state) {
 static void encode_fails(const mpr_value_t *v, mpr_err_t code, const char *text) {
     mpri_buf_t buf;
     mpri_tensor_list_t tl;
-    mpri_buf_init(&buf);
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), code);
+    assert_int_equal(encode_fresh(v, &buf, &tl), code);
     assert_non_null(strstr(mpr_last_error(), text));
     mpri_tensor_list_fini(&tl);
     mpri_buf_fini(&buf);
@@ -462,9 +461,7 @@ static void test_message_tensor_limits(void **state) {
     }
     mpri_buf_t buf;
     mpri_tensor_list_t tl;
-    mpri_buf_init(&buf);
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_value_encode(many, &buf, &tl, 0), MPR_OK);
+    assert_int_equal(encode_fresh(many, &buf, &tl), MPR_OK);
     assert_int_equal(tl.len, MPRI_MAX_TENSORS_PER_MESSAGE);
     assert_int_equal(tl.total_bytes, MPRI_MAX_TENSORS_PER_MESSAGE);
     mpri_tensor_list_fini(&tl);
