@@ -115,7 +115,8 @@ static int test_sends(void) {
 
 /* A message whose header or descriptors are unusable: receive and discard its
  * tensor data (they were sent right behind it), reply with the error if the
- * sender waits for one, and count it processed. */
+ * sender waits for one (or, for a reply, fail the call waiting for it), and
+ * count it processed. */
 static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
     char text[1200];
     snprintf(text, sizeof text, "On %s: rejected a malformed message from rank %d: %s",
@@ -131,7 +132,15 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
             MPI_Mrecv(scratch, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
             free(scratch);
         }
-        if (!(msg->hdr.flags & MPRI_FLAG_RESPONSE)) mpri_reply_error(msg, code, text);
+        if (!(msg->hdr.flags & MPRI_FLAG_RESPONSE)) {
+            mpri_reply_error(msg, code, text);
+        } else { /* a reply we cannot read: its caller gets the error, not a wait */
+            mpr_future_t *f = mpri_pending_take(msg->hdr.request_id);
+            if (f) {
+                mpri_future_complete(f, code, text, NULL);
+                mpr_future_release(f);
+            }
+        }
     } else {
         fprintf(stderr, "mpirpc: %s\n", text);
     }
