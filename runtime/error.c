@@ -20,7 +20,7 @@ static const char *const error_names[] = {
 #undef MPR_X_NAME
 };
 
-static _Thread_local char last_detail[1024];
+static _Thread_local char last_detail[MPR_ERROR_TEXT_MAX];
 static _Thread_local mpr_err_t last_code;
 
 const char *mpr_strerror(mpr_err_t code) {

@@ -126,7 +126,7 @@ void mpri_pending_expire(int64_t now_ns) {
     while (expired) {
         entry_t *e = expired;
         expired = e->next;
-        char text[512];
+        char text[MPR_ERROR_TEXT_MAX];
         const char *peer = mpri_rt.workers ? mpri_rt.workers[e->dst].name : "?";
         snprintf(text, sizeof text, "%s to %s (rank %d) timed out after %.3f s", e->label, peer,
                  e->dst, (double)(e->deadline_ns - e->started_ns) / 1e9);

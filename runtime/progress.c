@@ -118,7 +118,7 @@ static int test_sends(void) {
  * sender waits for one (or, for a reply, fail the call waiting for it), and
  * count it processed. */
 static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
-    char text[1200];
+    char text[MPR_ERROR_TEXT_MAX];
     snprintf(text, sizeof text, "On %s: rejected a malformed message from rank %d: %s",
              mpri_rt.workers[mpri_rt.rank].name, msg->src, mpr_last_error());
     if (header_ok) {

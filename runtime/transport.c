@@ -256,7 +256,7 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
     m.hdr.request_id = req->hdr.request_id;
     mpr_err_t e = mpri_value_encode(v ? v : mpr_value_new_none(), &m.body, &m.tensors, req->src);
     if (e) {
-        char text[1100];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: cannot send the result: %s",
                  mpri_rt.workers[mpri_rt.rank].name, mpr_last_error());
         mpri_outmsg_fini(&m);
@@ -350,7 +350,7 @@ void mpri_dispatch(mpri_msg_t *msg) {
     }
     handler_entry_t h = handlers[msg->hdr.kind];
     if (!h.fn) {
-        char text[256];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: no handler for message kind '%s'",
                  mpri_rt.workers[mpri_rt.rank].name, mpri_msg_kind_name(msg->hdr.kind));
         mpri_reply_error(msg, MPR_ERR_UNSUPPORTED, text);

@@ -106,7 +106,7 @@ typedef struct {
 static mpr_err_t gather_names(const char *my_name) {
     name_record_t mine = {{0}, 0};
     mpr_err_t local = mpr_validate_worker_name(my_name);
-    char local_detail[1024];
+    char local_detail[MPR_ERROR_TEXT_MAX];
     snprintf(local_detail, sizeof local_detail, "%s", mpr_last_error());
     if (my_name) snprintf(mine.name, sizeof mine.name, "%s", my_name);
     mine.valid = local == MPR_OK;

@@ -30,7 +30,7 @@ void mpri_call_failure_text(char *buf, size_t len, const char *fn, mpr_err_t cod
 }
 
 static void reply_failure(const mpri_msg_t *msg, const char *fn, mpr_err_t code, const char *detail) {
-    char text[1400];
+    char text[MPR_ERROR_TEXT_MAX];
     mpri_call_failure_text(text, sizeof text, fn, code, detail);
     mpri_reply_error(msg, MPR_ERR_REMOTE, text);
 }
@@ -44,7 +44,7 @@ mpr_future_t *mpri_call_invoke(const mpri_function_t *fn, const mpr_worker_info_
     if (fn->fn) {
         mpr_value_t *result = NULL;
         e = fn->fn(&ctx, args, &result);
-        char detail[1100];
+        char detail[MPR_ERROR_TEXT_MAX];
         snprintf(detail, sizeof detail, "%s", mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
         if (e != MPR_OK) {
             mpr_value_release(result);
@@ -100,7 +100,7 @@ static void handle_call(mpri_msg_t *msg) {
     uint16_t name_len = 0;
     char name[MPRI_MAX_FUNCTION_NAME + 1] = "?";
     if (mpri_read_u16(&r, &name_len) || name_len > MPRI_MAX_FUNCTION_NAME || mpri_read(&r, name, name_len)) {
-        char text[1200];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: malformed call: %s", self_name(), mpr_last_error());
         mpri_reply_error(msg, MPR_ERR_DECODE, text);
         mpri_msg_done(msg);
@@ -113,7 +113,7 @@ static void handle_call(mpri_msg_t *msg) {
          * protocol (their senders wait for the child accepts). */
         mpr_value_t *unused = NULL;
         if (mpri_msg_decode_value(msg, 2u + name_len, &unused) == MPR_OK) mpr_value_release(unused);
-        char text[600];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
                  self_name(), mpri_rt.rank, name, self_name());
         mpri_reply_error(msg, MPR_ERR_UNKNOWN_FUNCTION, text);
@@ -126,7 +126,7 @@ static void handle_call(mpri_msg_t *msg) {
     mpr_future_t *ready = mpri_rref_record_end();
     if (e) {
         mpr_future_release(ready);
-        char text[1400];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: cannot decode the arguments of '%s': %s", self_name(), name,
                  mpr_last_error());
         mpri_reply_error(msg, e, text);

@@ -35,7 +35,7 @@ mpr_err_t mpri_call_msg_args(mpri_outmsg_t *m, const char *what, const char *fn,
     }
     mpr_err_t e = mpri_value_encode(args, &m->body, &m->tensors, dst_rank);
     if (e) {
-        char detail[1100];
+        char detail[MPR_ERROR_TEXT_MAX];
         snprintf(detail, sizeof detail, "%s", mpr_last_error());
         mpri_outmsg_fini(m);
         mpr_error_set(e, "%s '%s': cannot send the arguments: %s", what, fn, detail);

@@ -186,7 +186,7 @@ mpr_err_t mpr_rref_to_here(mpr_rref_t *r, double timeout_s, mpr_value_t **out) {
     if (e == MPR_OK) e = mpr_future_get(f, 0, out);
     mpr_future_release(f);
     if (e && user_pending(r)) { /* the owner's creation failed: its answer to remote() is on the way */
-        char text[1400];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "%s", mpr_last_error());
         mpr_future_wait(r->ready, 1.0);
         mpr_error_set(e, "%s", text);

@@ -419,7 +419,7 @@ void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message) {
 mpr_err_t mpri_rref_user_error(mpr_rref_t *r) {
     pthread_mutex_lock(&CTX.lock);
     mpr_err_t code = r->err ? r->err : MPR_ERR_STATE;
-    char text[1400];
+    char text[MPR_ERROR_TEXT_MAX];
     snprintf(text, sizeof text, "%s", r->errmsg ? r->errmsg : "RRef creation failed");
     pthread_mutex_unlock(&CTX.lock);
     return mpr_error_set(code, "%s", text);

@@ -80,7 +80,7 @@ void mpri_rref_send_fork_request(mpr_rref_t *user, int parent) {
     }
     atomic_fetch_add(&CTX.pending_futures, 1);
     if (send_control(user->owner_rank, MPRI_MSG_RREF_FORK_REQUEST, user->id, user->fork) != MPR_OK) {
-        char text[1200];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "RRef fork request to %s failed: %s", user->owner_name, mpr_last_error());
         mpr_rref_t *w = mpri_rref_take_fork_wait(user->fork, NULL);
         if (w) {
@@ -250,7 +250,7 @@ static mpr_err_t rref_encode(void *p, mpri_buf_t *out, int dst_rank) {
         bool deleted = r->deleted, failed = r->state == USER_FAILED;
         pthread_mutex_unlock(&CTX.lock);
         if (failed) {
-            char text[1500];
+            char text[MPR_ERROR_TEXT_MAX];
             mpri_rref_user_error(r);
             snprintf(text, sizeof text, "%s", mpr_last_error());
             return mpr_error_set(mpr_last_error_code(), "cannot send RRef(%u:%llu): its creation on %s failed: %s",
@@ -314,7 +314,7 @@ static const mpri_opaque_value_ops_t rref_ops = {rref_retain_hook, rref_release_
 /* ---- handlers ---- */
 
 static void reply_decode_error(mpri_msg_t *msg, const char *what) {
-    char text[1300];
+    char text[MPR_ERROR_TEXT_MAX];
     snprintf(text, sizeof text, "On %s: malformed %s: %s", self_name(), what, mpr_last_error());
     mpri_reply_error(msg, MPR_ERR_DECODE, text);
     mpri_msg_done(msg);
@@ -446,7 +446,7 @@ static void remote_done(mpr_future_t *f, void *arg) {
         mpri_owner_release(q->owner);
         free(q);
     } else {
-        char text[1400];
+        char text[MPR_ERROR_TEXT_MAX];
         mpri_call_failure_text(text, sizeof text, q->fn->name, e, mpr_future_error_message(f));
         remote_fail(q, MPR_ERR_REMOTE, text);
     }
@@ -496,7 +496,7 @@ static void handle_remote_call(mpri_msg_t *msg) {
     if (!q->fn) {
         mpr_value_t *unused = NULL; /* decoded anyway: RRef arguments must complete their forks */
         if (mpri_msg_decode_value(msg, 2u + name_len + 24u, &unused) == MPR_OK) mpr_value_release(unused);
-        char text[600];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
                  self_name(), mpri_rt.rank, name, self_name());
         return remote_fail(q, MPR_ERR_UNKNOWN_FUNCTION, text);
@@ -506,7 +506,7 @@ static void handle_remote_call(mpri_msg_t *msg) {
     mpr_future_t *ready = mpri_rref_record_end();
     if (e) {
         mpr_future_release(ready);
-        char text[1400];
+        char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: cannot decode the arguments of remote '%s': %s", self_name(), name,
                  mpr_last_error());
         return remote_fail(q, e, text);

@@ -42,6 +42,12 @@ typedef enum {
     MPR_ERR_COUNT
 } mpr_err_t;
 
+/* Size of every error text the library keeps or builds (the thread's detail,
+ * a future's message, a remote failure's text), terminating NUL included:
+ * longer texts are truncated. A buffer of this size holds any
+ * mpr_last_error() in full. */
+#define MPR_ERROR_TEXT_MAX 1024
+
 /* Static text for a code ("timed out"); never NULL. */
 const char *mpr_strerror(mpr_err_t code);
 /* The enumerator's name ("MPR_ERR_TIMEOUT"); never NULL. */
@@ -54,7 +60,7 @@ mpr_err_t mpr_last_error_code(void);
 
 /* Record a failure for the calling thread and return `code`, so a handler or
  * a library function can write `return mpr_error_set(MPR_ERR_..., "...", ...)`.
- * The formatted text is copied (truncated at 1 KiB). */
+ * The formatted text is copied (truncated to MPR_ERROR_TEXT_MAX - 1 bytes). */
 mpr_err_t mpr_error_set(mpr_err_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Forget the calling thread's last failure. */
