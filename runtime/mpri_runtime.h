@@ -86,8 +86,9 @@ mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t 
 
 typedef void (*mpri_msg_handler_t)(mpri_msg_t *msg);
 /* Register the handler of request kind `kind`. Inline handlers run on the
- * progress thread and must never block; the others run on the worker pool. */
-void mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
+ * progress thread and must never block; the others run on the worker pool.
+ * MPR_ERR_INVALID_ARG for a bad kind or a NULL handler. */
+mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
 
 /* ---- requests and replies ---- */
 /* Send request `m` to `dst` and return a future for its reply (new
@@ -130,8 +131,13 @@ void mpri_dispatch(mpri_msg_t *msg);
 /* Text of an MPI error code. */
 const char *mpri_mpi_error_string(int code, char *buf, int len);
 
+/* Start the runtime (world.c): MPI, communicators, names, pool, progress.
+ * The public mpr_init (api/src/init.c) calls it after the layers above have
+ * installed their handlers and hooks. */
+mpr_err_t mpri_world_init(const mpr_init_options_t *opts);
+
 /* ---- hooks for the layers above (world.c) ----
- * Each layer adds its hooks once (at load); at most MPRI_MAX_HOOKS of each
+ * Each layer adds its hooks once (in its init, before mpri_world_init); at most MPRI_MAX_HOOKS of each
  * kind; they run in the order added (after_stop in reverse order). */
 #define MPRI_MAX_HOOKS 8
 /* Called by mpr_get_debug_info to add a layer's counters. */

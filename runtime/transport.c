@@ -30,8 +30,11 @@ typedef struct {
 
 static handler_entry_t handlers[MPRI_MSG_KIND_COUNT];
 
-void mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline) {
+mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline) {
+    if (kind < 0 || kind >= MPRI_MSG_KIND_COUNT || !fn)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpri_set_handler: bad kind %d or NULL handler", kind);
     handlers[kind] = (handler_entry_t){fn, run_inline};
+    return MPR_OK;
 }
 
 const char *mpri_mpi_error_string(int code, char *buf, int len) {

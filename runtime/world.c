@@ -1,4 +1,5 @@
-/* world.c — mpr_init: MPI (own or adopted), the private communicators, the
+/* world.c — mpri_world_init (the runtime's part of mpr_init, which lives in
+ * api/src/init.c): MPI (own or adopted), the private communicators, the
  * worker names; lookups of workers and destinations; debug info.
  *
  * Invariants: every rank gathers every rank's name and validity before
@@ -153,7 +154,7 @@ static void release_comms(void) {
     if (mpri_rt.ctrl_comm != MPI_COMM_NULL) MPI_Comm_free(&mpri_rt.ctrl_comm);
 }
 
-mpr_err_t mpr_init(const mpr_init_options_t *user_opts) {
+mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     mpr_init_options_t opts;
     if (user_opts)
         opts = *user_opts;

@@ -1,22 +1,24 @@
-/* call.c — the callee side of rpc: runs registered functions for CALL
- * messages on the worker pool and replies.
+/* call.c — the one callee path of CALL and REMOTE_CALL (mpri_call.h says
+ * the steps, the hooks and the invariants), and the CALL kind itself.
  *
- * CALL body: u16 name length, the function name (for error messages; the
- * registry is looked up by the header's function id), then the argument
- * value. Invariants: every CALL gets exactly one reply (result or error) and
- * is counted processed only after that reply was sent; an async function's
- * message is kept until its future completes, without holding a thread; a
- * call whose arguments carry RRefs not yet confirmed by their owners runs
- * only once they are (a continuation on their confirmation, no thread held).
- * mpri_call_invoke/mpri_call_failure_text are shared with REMOTE_CALL. */
+ * CALL body: u16 name length, the function name (the registry is looked up
+ * by the header's function id AND the name), then the argument value; the
+ * reply is RETURN with the result, or an error.
+ *
+ * Ownership along the path: an in_call_t owns the message, the decoded
+ * arguments, the kind's state and the hook state until finish() has replied,
+ * settled and freed them. An async function's message is kept until its
+ * future completes, without holding a thread; a call whose arguments carry
+ * RRefs not yet confirmed runs as a continuation of their confirmation. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_assert.h"
+#include "mpri_call.h"
 #include "mpri_future.h"
-#include "mpri_registry.h"
 #include "mpri_rref.h"
-#include "mpri_runtime.h"
 
 const mpr_worker_info_t *mpr_call_caller(const mpr_call_ctx_t *ctx) { return ctx->caller; }
 const char *mpr_call_function(const mpr_call_ctx_t *ctx) { return ctx->function->name; }
@@ -24,157 +26,220 @@ void *mpr_call_user_data(const mpr_call_ctx_t *ctx) { return ctx->function->user
 
 static const char *self_name(void) { return mpri_rt.workers[mpri_rt.rank].name; }
 
-void mpri_call_failure_text(char *buf, size_t len, const char *fn, mpr_err_t code, const char *detail) {
-    snprintf(buf, len, "On %s (rank %d): function '%s' failed: %s: %s", self_name(), mpri_rt.rank, fn,
-             mpr_error_name(code), detail && *detail ? detail : mpr_strerror(code));
+/* ---- hooks ---- */
+
+static mpri_call_hooks_t hooks;
+static bool hooks_set;
+
+mpr_err_t mpri_call_set_hooks(const mpri_call_hooks_t *h) {
+    if (!h) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpri_call_set_hooks: NULL hooks");
+    if (mpri_state() != MPRI_UNINIT)
+        return mpr_error_set(MPR_ERR_STATE, "mpri_call_set_hooks: the runtime is already running");
+    if (hooks_set) return mpr_error_set(MPR_ERR_EXISTS, "mpri_call_set_hooks: call hooks are already installed");
+    hooks = *h;
+    hooks_set = true;
+    return MPR_OK;
 }
 
-static void reply_failure(const mpri_msg_t *msg, const char *fn, mpr_err_t code, const char *detail) {
-    char text[MPR_ERROR_TEXT_MAX];
-    mpri_call_failure_text(text, sizeof text, fn, code, detail);
-    mpri_reply_error(msg, MPR_ERR_REMOTE, text);
+const mpri_call_hooks_t *mpri_call_hooks(void) { return &hooks; }
+
+/* ---- running the function ---- */
+
+/* A completed future failing with `code` and `text` (NULL out of memory). */
+static mpr_future_t *failed_outcome(mpr_err_t code, const char *text) {
+    mpr_future_t *f = mpr_future_create();
+    if (f) mpr_future_set_error(f, code, text);
+    return f;
 }
 
-mpr_future_t *mpri_call_invoke(const mpri_function_t *fn, const mpr_worker_info_t *caller,
-                               const mpr_value_t *args) {
+/* The thread's error detail after a function failed with `e`, or the code's
+ * text when the function set none. */
+static const char *failure_detail(mpr_err_t e) { return mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e); }
+
+/* Run `fn` with `args` (borrowed) for `caller`, the hooks entered around it:
+ * a future of its outcome (new reference; NULL only out of memory). A
+ * failure carries the function's own code and detail. */
+static mpr_future_t *invoke(const mpri_function_t *fn, const mpr_worker_info_t *caller, const mpr_value_t *args,
+                            void *hook_state) {
     mpr_call_ctx_t ctx = {fn, caller};
     mpr_error_clear();
+    if (hooks.enter) hooks.enter(hook_state);
     mpr_future_t *fut = NULL;
     mpr_err_t e;
     if (fn->fn) {
         mpr_value_t *result = NULL;
         e = fn->fn(&ctx, args, &result);
-        char detail[MPR_ERROR_TEXT_MAX];
-        snprintf(detail, sizeof detail, "%s", mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
-        if (e != MPR_OK) {
+        if (e == MPR_OK) {
+            if ((fut = mpr_future_create())) mpr_future_set_result(fut, result);
+            else mpr_value_release(result);
+        } else {
             mpr_value_release(result);
-            result = NULL;
+            fut = failed_outcome(e, failure_detail(e));
         }
-        if (!(fut = mpr_future_create())) {
-            mpr_value_release(result);
-            return NULL;
+    } else {
+        e = fn->afn(&ctx, args, &fut);
+        if (e != MPR_OK || !fut) {
+            if (e == MPR_OK) mpr_error_set(e = MPR_ERR_STATE, "async function returned no future");
+            mpr_future_release(fut);
+            fut = failed_outcome(e, failure_detail(e));
         }
-        if (e == MPR_OK) mpr_future_set_result(fut, result);
-        else mpr_future_set_error(fut, e, detail);
-        return fut;
     }
-    e = fn->afn(&ctx, args, &fut);
-    if (e == MPR_OK && fut) return fut;
-    if (e == MPR_OK) mpr_error_set(e = MPR_ERR_STATE, "async function returned no future");
-    mpr_future_release(fut);
-    if ((fut = mpr_future_create()))
-        mpr_future_set_error(fut, e, mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
+    if (hooks.leave) hooks.leave(hook_state);
     return fut;
 }
 
-static void reply_from_future(mpr_future_t *f, void *arg) {
-    mpri_msg_t *msg = arg;
-    const mpri_function_t *fn = mpri_registry_find(msg->hdr.function_id);
-    mpr_err_t e = mpr_future_error(f);
-    if (e == MPR_OK)
-        mpri_reply_value(msg, MPRI_MSG_RETURN, mpri_future_value(f));
-    else
-        reply_failure(msg, fn ? fn->name : "?", e, mpr_future_error_message(f));
-    mpr_future_release(f);
-    mpri_msg_done(msg);
-}
+/* ---- the path ---- */
 
-typedef struct {
+typedef struct in_call {
     mpri_msg_t *msg;
+    const mpri_call_kind_t *kind;
+    void *kind_state;
+    void *hook_state;
+    bool hooked; /* on_request returned MPR_OK: release is owed */
     const mpri_function_t *fn;
+    char name[MPRI_MAX_FUNCTION_NAME + 1];
     mpr_value_t *args;
-} deferred_call_t;
+} in_call_t;
 
-static void run_call(mpri_msg_t *msg, const mpri_function_t *fn, mpr_value_t *args);
-
-static void run_deferred_call(mpr_future_t *ready, void *arg) {
-    deferred_call_t d = *(deferred_call_t *)arg;
-    free(arg);
-    mpr_future_release(ready);
-    run_call(d.msg, d.fn, d.args);
+/* The outcome is known: hooks, the kind's settle, the reply; frees `c`.
+ * Takes over `outcome` (NULL: out of memory). */
+static void finish(in_call_t *c, mpr_future_t *outcome) {
+    if (!outcome) outcome = failed_outcome(MPR_ERR_NOMEM, "out of memory");
+    if (!outcome) { /* not even a future: answer without one */
+        c->kind->settle(c->kind_state, NULL);
+        mpri_reply_error(c->msg, MPR_ERR_NOMEM, "out of memory");
+    } else {
+        MPRI_ASSERT(mpr_future_done(outcome), "a call is finished with a completed outcome");
+        mpr_err_t e = mpr_future_error(outcome);
+        if (c->hooked && hooks.on_reply) hooks.on_reply(c->hook_state, e ? NULL : mpri_future_value(outcome));
+        const mpr_value_t *reply = c->kind->settle(c->kind_state, outcome);
+        if (e == MPR_OK)
+            mpri_reply_value(c->msg, c->kind->reply_kind, reply);
+        else
+            mpri_reply_error(c->msg, e, mpr_future_error_message(outcome));
+        mpr_future_release(outcome);
+    }
+    if (c->hooked && hooks.release) hooks.release(c->hook_state);
+    mpr_value_release(c->args);
+    mpri_msg_done(c->msg);
+    free(c);
 }
 
-static void handle_call(mpri_msg_t *msg) {
+/* Fail the call before its function ran: code and text as formatted. */
+static void finish_failed(in_call_t *c, mpr_err_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void finish_failed(in_call_t *c, mpr_err_t code, const char *fmt, ...) {
+    char text[MPR_ERROR_TEXT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    finish(c, failed_outcome(code, text));
+}
+
+/* A function's outcome: a failure becomes MPR_ERR_REMOTE naming this worker,
+ * the function, its code and detail. */
+static void function_done(mpr_future_t *f, void *arg) {
+    in_call_t *c = arg;
+    mpr_err_t e = mpr_future_error(f);
+    if (e == MPR_OK) return finish(c, f);
+    char text[MPR_ERROR_TEXT_MAX];
+    snprintf(text, sizeof text, "On %s (rank %d): function '%s' failed: %s: %s", self_name(), mpri_rt.rank,
+             c->fn->name, mpr_error_name(e), mpr_future_error_message(f));
+    mpr_future_release(f);
+    finish(c, failed_outcome(MPR_ERR_REMOTE, text));
+}
+
+static void run(in_call_t *c) {
+    if (hooks.on_request) {
+        mpr_error_clear();
+        mpr_err_t e = hooks.on_request(c->msg, c->args, &c->hook_state);
+        if (e) return finish_failed(c, e, "On %s: %s '%s': %s", self_name(), c->kind->what, c->name, failure_detail(e));
+        c->hooked = true;
+    }
+    mpr_future_t *f = invoke(c->fn, &mpri_rt.workers[c->msg->src], c->args, c->hook_state);
+    mpr_value_release(c->args); /* the function had them borrowed */
+    c->args = NULL;
+    if (!f) return finish(c, NULL);
+    if (mpri_future_on_complete(f, function_done, c) != MPR_OK) { /* out of memory: wait here */
+        mpr_future_wait(f, MPR_WAIT_FOREVER);
+        function_done(f, c);
+    }
+}
+
+static void run_when_ready(mpr_future_t *ready, void *arg) {
+    mpr_future_release(ready);
+    run(arg);
+}
+
+void mpri_call_handle(mpri_msg_t *msg, const mpri_call_kind_t *kind) {
     mpri_reader_t r;
     mpri_reader_init(&r, msg->body, msg->hdr.body_len);
     uint16_t name_len = 0;
-    char name[MPRI_MAX_FUNCTION_NAME + 1] = "?";
-    if (mpri_read_u16(&r, &name_len) || name_len > MPRI_MAX_FUNCTION_NAME || mpri_read(&r, name, name_len)) {
+    char name[MPRI_MAX_FUNCTION_NAME + 1];
+    in_call_t *c = NULL;
+    mpr_err_t e = MPR_OK;
+    if (mpri_read_u16(&r, &name_len) || name_len > MPRI_MAX_FUNCTION_NAME || mpri_read(&r, name, name_len))
+        e = MPR_ERR_DECODE;
+    else if (!(c = calloc(1, sizeof *c)))
+        e = mpr_error_set(MPR_ERR_NOMEM, "out of memory");
+    else
+        e = kind->read_fields(&r, msg, &c->kind_state);
+    if (e) { /* nothing to settle: answer and stop */
         char text[MPR_ERROR_TEXT_MAX];
-        snprintf(text, sizeof text, "On %s: malformed call: %s", self_name(), mpr_last_error());
-        mpri_reply_error(msg, MPR_ERR_DECODE, text);
-        mpri_msg_done(msg);
-        return;
-    }
-    name[name_len] = '\0';
-    const mpri_function_t *fn = mpri_registry_find_named(msg->hdr.function_id, name);
-    if (!fn) {
-        /* Decode anyway: RRefs among the arguments must complete their fork
-         * protocol (their senders wait for the child accepts). */
-        mpr_value_t *unused = NULL;
-        if (mpri_msg_decode_value(msg, 2u + name_len, &unused) == MPR_OK) mpr_value_release(unused);
-        char text[MPR_ERROR_TEXT_MAX];
-        snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
-                 self_name(), mpri_rt.rank, name, self_name());
-        mpri_reply_error(msg, MPR_ERR_UNKNOWN_FUNCTION, text);
-        mpri_msg_done(msg);
-        return;
-    }
-    mpr_value_t *args = NULL;
-    mpri_rref_record_begin();
-    mpr_err_t e = mpri_msg_decode_value(msg, 2u + name_len, &args);
-    mpr_future_t *ready = mpri_rref_record_end();
-    if (e) {
-        mpr_future_release(ready);
-        char text[MPR_ERROR_TEXT_MAX];
-        snprintf(text, sizeof text, "On %s: cannot decode the arguments of '%s': %s", self_name(), name,
-                 mpr_last_error());
+        snprintf(text, sizeof text, "On %s: %s %s: %s", self_name(), e == MPR_ERR_DECODE ? "malformed" : "cannot take",
+                 kind->what, mpr_last_error());
+        free(c);
         mpri_reply_error(msg, e, text);
         mpri_msg_done(msg);
         return;
     }
-    if (ready) { /* RRef arguments not confirmed yet: run once they are, holding no thread */
-        deferred_call_t *d = malloc(sizeof *d);
-        if (d) {
-            *d = (deferred_call_t){msg, fn, args};
-            mpri_future_on_complete(ready, run_deferred_call, d); /* takes over `ready` */
-            return;
-        }
+    name[name_len] = '\0';
+    memcpy(c->name, name, (size_t)name_len + 1);
+    c->msg = msg;
+    c->kind = kind;
+    size_t args_at = msg->hdr.body_len - r.left;
+    c->fn = mpri_registry_find_named(msg->hdr.function_id, name);
+    if (!c->fn) {
+        /* Decode anyway: RRefs among the arguments must complete their fork
+         * protocol (their senders wait for the child accepts). */
+        mpr_value_t *unused = NULL;
+        if (mpri_msg_decode_value(msg, args_at, &unused) == MPR_OK) mpr_value_release(unused);
+        return finish_failed(c, MPR_ERR_UNKNOWN_FUNCTION,
+                             "On %s (rank %d): unknown function '%s' (not registered on %s)", self_name(),
+                             mpri_rt.rank, name, self_name());
+    }
+    mpri_rref_record_begin();
+    e = mpri_msg_decode_value(msg, args_at, &c->args);
+    mpr_future_t *ready = mpri_rref_record_end();
+    if (e) {
         mpr_future_release(ready);
+        return finish_failed(c, e, "On %s: cannot decode the arguments of '%s' (%s): %s", self_name(), name,
+                             kind->what, mpr_last_error());
     }
-    run_call(msg, fn, args);
+    /* RRef arguments not confirmed yet: run once they are, holding no thread.
+     * (If the continuation cannot be registered, run now: best effort.) */
+    if (ready && mpri_future_on_complete(ready, run_when_ready, c) == MPR_OK) return;
+    mpr_future_release(ready);
+    run(c);
 }
 
-/* Run `fn` for CALL `msg` and reply; consumes `args` and `msg`. */
-static void run_call(mpri_msg_t *msg, const mpri_function_t *fn, mpr_value_t *args) {
-    mpr_err_t e;
-    mpr_call_ctx_t ctx = {fn, &mpri_rt.workers[msg->src]};
-    mpr_error_clear();
-    if (fn->fn) {
-        mpr_value_t *result = NULL;
-        e = fn->fn(&ctx, args, &result);
-        if (e == MPR_OK)
-            mpri_reply_value(msg, MPRI_MSG_RETURN, result);
-        else
-            reply_failure(msg, fn->name, e, mpr_last_error());
-        mpr_value_release(result);
-        mpr_value_release(args);
-        mpri_msg_done(msg);
-        return;
-    }
-    mpr_future_t *fut = NULL;
-    e = fn->afn(&ctx, args, &fut);
-    mpr_value_release(args);
-    if (e != MPR_OK || !fut) {
-        if (e == MPR_OK) mpr_error_set(e = MPR_ERR_STATE, "async function returned no future");
-        reply_failure(msg, fn->name, e, mpr_last_error());
-        mpri_msg_done(msg);
-        return;
-    }
-    mpri_future_on_complete(fut, reply_from_future, msg); /* takes over `fut` and `msg` */
+/* ---- the CALL kind ---- */
+
+static mpr_err_t call_read_fields(mpri_reader_t *r, const mpri_msg_t *msg, void **state) {
+    (void)r;
+    (void)msg;
+    *state = NULL;
+    return MPR_OK;
 }
 
-/* Installed when the library loads: the runtime below never names this layer. */
-__attribute__((constructor)) static void install_call_handler(void) {
-    mpri_set_handler(MPRI_MSG_CALL, handle_call, false);
+static const mpr_value_t *call_settle(void *state, mpr_future_t *outcome) {
+    (void)state;
+    return outcome ? mpri_future_value(outcome) : NULL;
 }
+
+static const mpri_call_kind_t call_kind = {"call", MPRI_MSG_RETURN, call_read_fields, call_settle};
+
+static void handle_call(mpri_msg_t *msg) { mpri_call_handle(msg, &call_kind); }
+
+mpr_err_t mpri_call_install(void) { return mpri_set_handler(MPRI_MSG_CALL, handle_call, false); }

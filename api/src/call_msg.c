@@ -3,10 +3,13 @@
  * id and name, the argument list.
  *
  * Invariant: a message that fails to build is freed here, and every error
- * detail names the kind of call and the function. */
+ * detail names the kind of call and the function. The call hooks'
+ * on_send_request (mpri_call.h) sees every message built, after its
+ * arguments. */
 #include <stdio.h>
 #include <string.h>
 
+#include "mpri_call.h"
 #include "mpri_registry.h"
 #include "mpri_runtime.h"
 
@@ -28,12 +31,19 @@ mpr_err_t mpri_call_msg_begin(mpri_outmsg_t *m, int kind, const char *what, cons
 
 mpr_err_t mpri_call_msg_args(mpri_outmsg_t *m, const char *what, const char *fn, const mpr_value_t *args,
                              int dst_rank) {
+    mpr_err_t e = MPR_OK;
     if (!args) { /* no arguments: an empty list, written without building one */
         mpri_buf_put_u8(&m->body, MPR_VALUE_LIST);
         mpri_buf_put_u32(&m->body, 0);
-        return MPR_OK;
+    } else {
+        e = mpri_value_encode(args, &m->body, &m->tensors, dst_rank);
     }
-    mpr_err_t e = mpri_value_encode(args, &m->body, &m->tensors, dst_rank);
+    const mpri_call_hooks_t *hooks = mpri_call_hooks();
+    if (!e && hooks->on_send_request) {
+        mpr_error_clear();
+        e = hooks->on_send_request(m, args, dst_rank);
+        if (e && !mpr_last_error()[0]) mpr_error_set(e, "%s", mpr_strerror(e));
+    }
     if (e) {
         char detail[MPR_ERROR_TEXT_MAX];
         snprintf(detail, sizeof detail, "%s", mpr_last_error());

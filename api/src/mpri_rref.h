@@ -139,14 +139,9 @@ void mpri_rref_record_ready_future(mpr_future_t *f);
 void mpri_rref_encode_begin(void);
 void mpri_rref_encode_end(bool ok);
 
-/* ---- call.c (shared with CALL handling) ---- */
-/* Run `fn` with `args` (borrowed) for `caller`: a future of its outcome (new
- * reference; NULL only out of memory). A failure carries the handler's own
- * code and detail; mpri_call_failure_text() turns it into the remote error
- * text "On <worker> (rank r): function 'f' failed: CODE: detail". */
-mpr_future_t *mpri_call_invoke(const mpri_function_t *fn, const mpr_worker_info_t *caller,
-                               const mpr_value_t *args);
-/* Format the remote error text of a failed function into buf. */
-void mpri_call_failure_text(char *buf, size_t len, const char *fn, mpr_err_t code, const char *detail);
+/* ---- installation, in the api layer's ordered init (init.c) ---- */
+void mpri_rref_object_install(void);       /* object value ops (rref_object.c) */
+mpr_err_t mpri_rref_proto_install(void);   /* RRef value ops, control handlers (rref_proto.c) */
+mpr_err_t mpri_rref_context_install(void); /* debug-info and shutdown hooks (rref_context.c) */
 
 #endif

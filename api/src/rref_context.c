@@ -614,7 +614,7 @@ static void rref_after_stop(void) {
     }
 }
 
-__attribute__((constructor)) static void install_rref_context(void) {
-    mpri_add_debug_info_hook(rref_debug_info);
-    mpri_add_shutdown_hooks(rref_before_graceful, rref_after_stop);
+mpr_err_t mpri_rref_context_install(void) {
+    mpr_err_t e = mpri_add_debug_info_hook(rref_debug_info);
+    return e ? e : mpri_add_shutdown_hooks(rref_before_graceful, rref_after_stop);
 }

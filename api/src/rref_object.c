@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_init.h"
 #include "mpri_rref.h"
 #include "mpri_value.h"
 
@@ -80,6 +81,7 @@ mpr_value_t *mpr_value_new_object(const mpr_type_t *type, void *obj) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_new_object: NULL %s", type ? "object" : "type");
         return NULL;
     }
+    if (mpri_api_init() != MPR_OK) return NULL; /* installs the object kind's ops, also before mpr_init */
     object_box_t *box = malloc(sizeof *box);
     if (!box) {
         mpr_error_set(MPR_ERR_NOMEM, "mpr_value_new_object: out of memory");
@@ -125,6 +127,4 @@ static mpr_err_t object_encode(void *p, mpri_buf_t *out, int dst_rank) {
 
 static const mpri_opaque_value_ops_t object_ops = {object_retain, object_release, object_encode, NULL, NULL, NULL};
 
-__attribute__((constructor)) static void install_object_ops(void) {
-    mpri_value_set_opaque_ops(MPR_VALUE_OBJECT, &object_ops);
-}
+void mpri_rref_object_install(void) { mpri_value_set_opaque_ops(MPR_VALUE_OBJECT, &object_ops); }

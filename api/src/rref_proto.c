@@ -1,9 +1,7 @@
-/* rref_proto.c — the RRef messages and the RRef value codec hooks.
+/* rref_proto.c — the RRef control messages and the RRef value codec hooks
+ * (REMOTE_CALL, which runs a function, is a kind of call: remote_call.c).
  *
  * Wire forms (bodies; gid = u32 creator rank + u64 counter):
- *   REMOTE_CALL  u16 name length, name, gid rref id, gid fork id, args value
- *                (fork id == rref id: remote on self, no fork)   pool handler
- *   REMOTE_RET   reply: none (or an error reply)
  *   RREF_FETCH   gid rref id; reply RREF_FETCH_RET: the value     inline handler
  *   RREF_FORK_REQUEST  gid rref id, gid fork id; one-way          inline handler
  *   RREF_USER_DELETE   gid rref id, gid fork id; one-way          inline handler
@@ -27,7 +25,8 @@
  * yet created parks the request on the value future; every handled message
  * is passed to mpri_msg_done exactly once, after its reply. A request
  * handler decoding RRefs runs its user function only once they are ready
- * (users confirmed, owner values created), as a continuation. */
+ * (users confirmed, owner values created), as a continuation: it brackets
+ * the decode with mpri_rref_record_begin/end (call.c does). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,110 +419,14 @@ static void handle_fetch(mpri_msg_t *msg) {
     }
 }
 
-typedef struct {
-    mpri_msg_t *msg;
-    mpri_owner_t *owner;
-    const mpri_function_t *fn;
-    mpr_value_t *args;
-} remote_t;
-
-static void remote_fail(remote_t *q, mpr_err_t code, const char *text) {
-    mpri_owner_set_value(q->owner, code, text, NULL);
-    mpri_reply_error(q->msg, code, text);
-    mpri_msg_done(q->msg);
-    mpri_owner_release(q->owner);
-    mpr_value_release(q->args);
-    free(q);
-}
-
-static void remote_done(mpr_future_t *f, void *arg) {
-    remote_t *q = arg;
-    mpr_err_t e = mpr_future_error(f);
-    if (e == MPR_OK) {
-        mpri_owner_set_value(q->owner, MPR_OK, NULL, mpri_future_value(f));
-        mpri_reply_value(q->msg, MPRI_MSG_REMOTE_RET, NULL);
-        mpri_msg_done(q->msg);
-        mpri_owner_release(q->owner);
-        free(q);
-    } else {
-        char text[MPR_ERROR_TEXT_MAX];
-        mpri_call_failure_text(text, sizeof text, q->fn->name, e, mpr_future_error_message(f));
-        remote_fail(q, MPR_ERR_REMOTE, text);
-    }
-    mpr_future_release(f);
-}
-
-static void remote_run(remote_t *q) {
-    mpr_future_t *f = mpri_call_invoke(q->fn, &mpri_rt.workers[q->msg->src], q->args);
-    if (!f) return remote_fail(q, MPR_ERR_NOMEM, "remote: out of memory");
-    mpr_value_release(q->args);
-    q->args = NULL;
-    if (mpri_future_on_complete(f, remote_done, q) != MPR_OK) {
-        mpr_future_wait(f, MPR_WAIT_FOREVER);
-        remote_done(f, q);
-    }
-}
-
-static void remote_ready(mpr_future_t *ready, void *arg) {
-    mpr_future_release(ready);
-    remote_run(arg);
-}
-
-static void handle_remote_call(mpri_msg_t *msg) {
-    mpri_reader_t r;
-    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
-    uint16_t name_len = 0;
-    char name[MPRI_MAX_FUNCTION_NAME + 1];
-    mpri_gid_t id, fork;
-    if (mpri_read_u16(&r, &name_len) || name_len > MPRI_MAX_FUNCTION_NAME || mpri_read(&r, name, name_len) ||
-        mpri_gid_read(&r, &id) || mpri_gid_read(&r, &fork))
-        return reply_decode_error(msg, "remote call");
-    name[name_len] = '\0';
-    remote_t *q = calloc(1, sizeof *q);
-    mpri_owner_t *o = q ? mpri_owner_get_or_create(id) : NULL;
-    if (!o) {
-        free(q);
-        mpri_reply_error(msg, MPR_ERR_NOMEM, "remote call: out of memory");
-        mpri_msg_done(msg);
-        return;
-    }
-    /* The creator's fork is recorded before anything can fail: its user
-     * will send a delete whatever the outcome. */
-    if (!mpri_gid_eq(fork, id)) mpri_owner_add_fork(o, fork);
-    q->msg = msg;
-    q->owner = o;
-    q->fn = mpri_registry_find_named(msg->hdr.function_id, name);
-    if (!q->fn) {
-        mpr_value_t *unused = NULL; /* decoded anyway: RRef arguments must complete their forks */
-        if (mpri_msg_decode_value(msg, 2u + name_len + 24u, &unused) == MPR_OK) mpr_value_release(unused);
-        char text[MPR_ERROR_TEXT_MAX];
-        snprintf(text, sizeof text, "On %s (rank %d): unknown function '%s' (not registered on %s)",
-                 self_name(), mpri_rt.rank, name, self_name());
-        return remote_fail(q, MPR_ERR_UNKNOWN_FUNCTION, text);
-    }
-    mpri_rref_record_begin();
-    mpr_err_t e = mpri_msg_decode_value(msg, 2u + name_len + 24u, &q->args);
-    mpr_future_t *ready = mpri_rref_record_end();
-    if (e) {
-        mpr_future_release(ready);
-        char text[MPR_ERROR_TEXT_MAX];
-        snprintf(text, sizeof text, "On %s: cannot decode the arguments of remote '%s': %s", self_name(), name,
-                 mpr_last_error());
-        return remote_fail(q, e, text);
-    }
-    if (ready) {
-        mpri_future_on_complete(ready, remote_ready, q);
-        return;
-    }
-    remote_run(q);
-}
-
-__attribute__((constructor)) static void install_rref_proto(void) {
+mpr_err_t mpri_rref_proto_install(void) {
     mpri_value_set_opaque_ops(MPR_VALUE_RREF, &rref_ops);
-    mpri_set_handler(MPRI_MSG_REMOTE_CALL, handle_remote_call, false);
-    mpri_set_handler(MPRI_MSG_RREF_FETCH, handle_fetch, true);
-    mpri_set_handler(MPRI_MSG_RREF_FORK_REQUEST, handle_fork_request, true);
-    mpri_set_handler(MPRI_MSG_RREF_USER_DELETE, handle_user_delete, true);
-    mpri_set_handler(MPRI_MSG_RREF_CHILD_ACCEPT, handle_child_accept, true);
-    mpri_set_handler(MPRI_MSG_RREF_ACK, handle_ack, true);
+    mpr_err_t e;
+    if ((e = mpri_set_handler(MPRI_MSG_RREF_FETCH, handle_fetch, true)) ||
+        (e = mpri_set_handler(MPRI_MSG_RREF_FORK_REQUEST, handle_fork_request, true)) ||
+        (e = mpri_set_handler(MPRI_MSG_RREF_USER_DELETE, handle_user_delete, true)) ||
+        (e = mpri_set_handler(MPRI_MSG_RREF_CHILD_ACCEPT, handle_child_accept, true)) ||
+        (e = mpri_set_handler(MPRI_MSG_RREF_ACK, handle_ack, true)))
+        return e;
+    return MPR_OK;
 }
