@@ -84,11 +84,18 @@ void mpri_msg_done(mpri_msg_t *msg);
 /* Decode the message body as one value (after `skip` bytes). */
 mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out);
 
+/* ---- dispatch (dispatch.c) ---- */
 typedef void (*mpri_msg_handler_t)(mpri_msg_t *msg);
-/* Register the handler of request kind `kind`. Inline handlers run on the
- * progress thread and must never block; the others run on the worker pool.
- * MPR_ERR_INVALID_ARG for a bad kind or a NULL handler. */
+/* Install the handler of request kind `kind` (before mpr_init). Inline
+ * handlers run in the progress context and must never block; the others run
+ * on the worker pool. Returns MPR_ERR_INVALID_ARG for a kind outside the wire
+ * format's kinds or a NULL handler; installing a different handler over an
+ * installed one is a bug (MPRI_ASSERT). */
 mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
+/* Dispatch a complete incoming message: a reply completes its pending
+ * future (or is dropped), a request goes to its kind's handler. Takes the
+ * message; never blocks. */
+void mpri_dispatch(mpri_msg_t *msg);
 
 /* ---- requests and replies ---- */
 /* Send request `m` to `dst` and return a future for its reply (new
@@ -125,8 +132,6 @@ bool mpri_in_progress_context(void);
 void mpri_progress_track_send(MPI_Request *reqs, int n, void *buf, mpri_tensor_list_t *tensors);
 /* Incoming messages still assembling plus sends still in flight. */
 long mpri_progress_busy(void);
-/* Dispatch a complete incoming message (transport.c). */
-void mpri_dispatch(mpri_msg_t *msg);
 
 /* Text of an MPI error code. */
 const char *mpri_mpi_error_string(int code, char *buf, int len);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mpri_assert.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
@@ -378,6 +379,39 @@ static void *progress_main(void *unused) {
     return NULL;
 }
 
+/* Messages whose data receives could be neither cancelled nor completed at
+ * stop: MPI may still write into their tensors, so they are kept, never
+ * freed (reachable from here, not leaked). */
+static mpri_msg_t *abandoned;
+
+#define ABANDON_WAIT_NS 100000000 /* how long a stop waits for cancelled receives */
+
+/* Stop assembling `msg` (non-graceful stop): cancel its open batch receives
+ * (msg->nreqs of them; finished ones are MPI_REQUEST_NULL), wait a bounded
+ * time for the cancellations to complete, then free the message. A receive
+ * that MPI already matched cannot be cancelled and completes only when its
+ * data arrives: if that does not happen in time, the message is parked in
+ * `abandoned` instead of freeing tensors MPI may still write. */
+static void abandon_incoming(mpri_msg_t *msg) {
+    MPRI_ASSERT(msg->reqs && msg->nreqs > 0 && (uint32_t)msg->nreqs <= msg->hdr.tensor_count,
+                "an assembling message has one receive per batch");
+    for (int b = 0; b < msg->nreqs; b++)
+        if (msg->reqs[b] != MPI_REQUEST_NULL) MPI_Cancel(&msg->reqs[b]);
+    int64_t deadline = mpri_now_ns() + ABANDON_WAIT_NS;
+    int flag = 0;
+    for (;;) {
+        MPI_Testall(msg->nreqs, msg->reqs, &flag, MPI_STATUSES_IGNORE);
+        if (flag || mpri_now_ns() > deadline) break;
+        sched_yield();
+    }
+    if (!flag) {
+        msg->next = abandoned;
+        abandoned = msg;
+        return;
+    }
+    mpri_msg_done(msg);
+}
+
 mpr_err_t mpri_progress_start(void) {
     atomic_store(&prog.stop, false);
     mpri_future_set_wait_hooks(&wait_hooks);
@@ -399,12 +433,8 @@ void mpri_progress_stop(void) {
     while (prog.assembling) {
         mpri_msg_t *msg = prog.assembling;
         prog.assembling = msg->next;
-        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
-            MPI_Cancel(&msg->reqs[i]);
-            MPI_Request_free(&msg->reqs[i]);
-        }
         atomic_fetch_sub(&prog.busy, 1);
-        mpri_msg_done(msg);
+        abandon_incoming(msg);
     }
     pthread_mutex_unlock(&prog.poll_lock);
     test_sends();

@@ -1,5 +1,6 @@
-/* transport.c — messages out and in: send (MPI or local loopback), dispatch
- * of complete incoming messages, requests with reply futures, replies.
+/* transport.c — messages out and in: send (MPI or local loopback), freeing
+ * and decoding incoming messages, requests with reply futures, replies.
+ * (Dispatch of complete incoming messages: dispatch.c.)
  *
  * Invariants:
  * - A message's tensors travel in batches on the message's data tag, sent
@@ -18,24 +19,9 @@
 
 #include "mpri_event.h"
 #include "mpri_future.h"
-#include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
 #include "mpri_tensor_batches.h"
-
-typedef struct {
-    mpri_msg_handler_t fn;
-    bool run_inline;
-} handler_entry_t;
-
-static handler_entry_t handlers[MPRI_MSG_KIND_COUNT];
-
-mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline) {
-    if (kind < 0 || kind >= MPRI_MSG_KIND_COUNT || !fn)
-        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpri_set_handler: bad kind %d or NULL handler", kind);
-    handlers[kind] = (handler_entry_t){fn, run_inline};
-    return MPR_OK;
-}
 
 const char *mpri_mpi_error_string(int code, char *buf, int len) {
     int n = 0;
@@ -302,70 +288,4 @@ mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const ch
         }
     }
     return f;
-}
-
-static void complete_from_response(mpr_future_t *f, mpri_msg_t *msg) {
-    if (msg->hdr.flags & MPRI_FLAG_ERROR) {
-        mpri_reader_t r;
-        mpri_reader_init(&r, msg->body, msg->hdr.body_len);
-        uint32_t code;
-        const void *text;
-        size_t len;
-        if (mpri_read_u32(&r, &code) || mpri_read_blob(&r, &text, &len) || code == 0 ||
-            code >= MPR_ERR_COUNT) {
-            mpri_future_complete(f, MPR_ERR_DECODE, "malformed error reply", NULL);
-            return;
-        }
-        char *message = strndup(text, len);
-        mpri_future_complete(f, (mpr_err_t)code, message ? message : "remote error", NULL);
-        free(message);
-        return;
-    }
-    mpr_value_t *v = NULL;
-    mpr_err_t e = mpri_msg_decode_value(msg, 0, &v);
-    if (e)
-        mpri_future_complete(f, e, mpr_last_error(), NULL);
-    else
-        mpri_future_complete(f, MPR_OK, NULL, v);
-}
-
-/* ---- dispatch ---- */
-
-static void run_handler_task(void *arg) {
-    mpri_msg_t *msg = arg;
-    handlers[msg->hdr.kind].fn(msg);
-}
-
-static void drop_handler_task(void *arg) {
-    mpri_msg_t *msg = arg;
-    mpri_msg_done(msg);
-}
-
-void mpri_dispatch(mpri_msg_t *msg) {
-    if (msg->hdr.flags & MPRI_FLAG_RESPONSE) {
-        mpr_future_t *f = mpri_pending_take(msg->hdr.request_id);
-        if (f) { /* else: a late reply to a request that timed out */
-            complete_from_response(f, msg);
-            mpr_future_release(f);
-        }
-        mpri_msg_done(msg);
-        return;
-    }
-    handler_entry_t h = handlers[msg->hdr.kind];
-    if (!h.fn) {
-        char text[MPR_ERROR_TEXT_MAX];
-        snprintf(text, sizeof text, "On %s: no handler for message kind '%s'",
-                 mpri_rt.workers[mpri_rt.rank].name, mpri_msg_kind_name(msg->hdr.kind));
-        mpri_reply_error(msg, MPR_ERR_UNSUPPORTED, text);
-        mpri_msg_done(msg);
-        return;
-    }
-    if (h.run_inline) {
-        h.fn(msg);
-        return;
-    }
-    if (mpri_pool_submit(run_handler_task, drop_handler_task, msg) != MPR_OK) {
-        mpri_reply_error(msg, MPR_ERR_NOMEM, "worker pool queue is full");
-        mpri_msg_done(msg);
-    }
 }
