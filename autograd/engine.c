@@ -1,10 +1,31 @@
 /* engine.c — the backward engine: graph tasks with dependency counting,
  * gradient buffers, leaf accumulation or custom sinks, and mpr_backward.
  *
- * Invariants of a graph task:
- *  - every node reachable from the added roots has one entry; its `deps` is
- *    the number of subgraph edges (plus virtual root edges) pointing at it
- *    that have not delivered yet; a node runs exactly once, when deps hits 0;
+ * STATE MACHINE of a graph task (task->phase) and of its entries:
+ *
+ *   task:  OPEN --add_roots--> OPEN --run--> RUNNING --drained--> OPEN
+ *                                               |
+ *                                               +--a node failed--> FAILED
+ *          OPEN: roots may be added and fed; nodes waiting on dependencies
+ *                stay pending (a dist backward pauses here between remote
+ *                gradients). RUNNING: inside mpri_graph_task_run, draining
+ *                the ready queue; never re-entered (one driver per task).
+ *                FAILED: a backward, sink or accumulation returned an error;
+ *                the ready queue was dropped, so run() is refused from then on
+ *                (MPR_ERR_STATE) and only destroy() is allowed.
+ *
+ *   entry: WAITING (deps > 0, !ran) --last dependency delivered--> READY
+ *          (deps == 0, !ran, in the ready queue exactly once) --run_node-->
+ *          RAN (ran, deps == 0, every buffer NULL). Nothing leaves RAN.
+ *
+ * Invariants (checked by check_task() at every task transition in Debug and
+ * sanitizer builds, and cheaply per entry with MPRI_ASSERT in every build):
+ *  - every node reachable from the added roots has one entry, found through
+ *    the hash table; `deps` is the number of subgraph edges (plus virtual
+ *    root edges, counted again in `root_deps`) pointing at it that have not
+ *    delivered yet; 0 <= root_deps <= deps; a node runs exactly once;
+ *  - outside FAILED, an entry is in the ready queue iff deps == 0 and !ran,
+ *    and the queue is empty whenever the task is OPEN;
  *  - entry buffers hold one owned reference per output slot (NULL = no
  *    gradient yet); a node whose buffers are all NULL when it becomes ready
  *    runs as a no-op that only releases its children's dependencies;
@@ -12,23 +33,33 @@
  *    every gradient they return is checked against the input's dtype/shape
  *    recorded at forward time.
  * The task owns a reference to each entry's node, so the graph cannot die
- * under a running (or paused, for dist autograd) backward. */
+ * under a running (or paused, for dist autograd) backward.
+ *
+ * Errors vs asserts: what a caller can get wrong (feeding an edge that is not
+ * an outstanding root, a gradient of the wrong shape, backward twice without
+ * retain_graph, running a failed task) is a returned error; a broken count or
+ * queue is a bug in this file and stops at an MPRI_ASSERT. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpri_engine.h"
 #include "kernels/mpri_kernels.h"
+#include "mpri_assert.h"
+#include "mpri_engine.h"
 
 typedef struct entry {
     mpri_node_t *node;    /* owned reference */
-    int deps;
+    int deps;             /* undelivered edges into the node, root edges included */
+    int root_deps;        /* of which virtual root edges (fed by run()) */
     bool ran;
     mpr_tensor_t **buf;   /* [node->n_outputs], owned references */
 } entry_t;
 
+typedef enum { TASK_OPEN, TASK_RUNNING, TASK_FAILED } task_phase_t;
+
 struct mpri_graph_task {
     mpri_engine_opts_t opts;
+    task_phase_t phase;
     entry_t *entries;
     int n, cap;
     int *slots;           /* open addressing: index into entries, -1 empty */
@@ -90,12 +121,46 @@ static int insert(mpri_graph_task_t *t, mpri_node_t *node) {
         return -1;
     }
     int i = t->n++;
-    t->entries[i] = (entry_t){mpri_node_retain(node), 0, false, buf};
+    t->entries[i] = (entry_t){mpri_node_retain(node), 0, 0, false, buf};
     uint64_t mask = (uint64_t)t->nslots - 1;
     uint64_t h = hash_ptr(node) & mask;
     while (t->slots[h] >= 0) h = (h + 1) & mask;
     t->slots[h] = i;
     return i;
+}
+
+/* The whole-task state checker (Debug/sanitizer builds; O(entries)). Runs at
+ * the task's transitions: after add_roots, on entry to and exit from run. */
+static void check_task(const mpri_graph_task_t *t) {
+#if MPRI_DEBUG_CHECKS
+    MPRI_ASSERT(t->n <= t->cap && t->nready <= t->n, "graph task: entry or ready counts out of range");
+    MPRI_ASSERT(t->phase != TASK_OPEN || t->nready == 0, "graph task: ready nodes left while not running");
+    int used = 0;
+    for (int h = 0; h < t->nslots; h++) used += t->slots[h] >= 0;
+    MPRI_ASSERT(used == t->n, "graph task: hash table and entries disagree");
+    int *queued = calloc((size_t)t->n + 1, sizeof *queued);
+    MPRI_ASSERT(queued != NULL, "graph task checker: out of memory");
+    for (int q = 0; q < t->nready; q++) {
+        int i = t->ready[q];
+        MPRI_ASSERT(i >= 0 && i < t->n, "graph task: ready queue holds a bad index");
+        MPRI_ASSERT(++queued[i] == 1, "graph task: node queued twice");
+    }
+    for (int i = 0; i < t->n; i++) {
+        const entry_t *e = &t->entries[i];
+        MPRI_ASSERT(lookup(t, e->node) == i, "graph task: entry not found through the hash table");
+        MPRI_ASSERT(e->root_deps >= 0 && e->root_deps <= e->deps, "graph task: dependency counts out of range");
+        if (e->ran) {
+            MPRI_ASSERT(e->deps == 0 && !queued[i], "graph task: a node that ran still has dependencies");
+            for (int k = 0; k < e->node->n_outputs; k++)
+                MPRI_ASSERT(e->buf[k] == NULL, "graph task: a node that ran still holds a gradient");
+        } else if (t->phase != TASK_FAILED) {
+            MPRI_ASSERT((e->deps == 0) == (queued[i] == 1), "graph task: ready node not queued (or the reverse)");
+        }
+    }
+    free(queued);
+#else
+    (void)t;
+#endif
 }
 
 mpri_graph_task_t *mpri_graph_task_create(const mpri_engine_opts_t *opts) {
@@ -122,7 +187,15 @@ void mpri_graph_task_destroy(mpri_graph_task_t *t) {
     free(t);
 }
 
+static mpr_err_t already_ran(const mpri_node_t *node) {
+    return mpr_error_set(MPR_ERR_STATE, "backward: a new root reaches node %s, which already ran in this task",
+                         node->def->name);
+}
+
 mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge_t *edges) {
+    if (t->phase != TASK_OPEN)
+        return mpr_error_set(MPR_ERR_STATE, "backward: cannot add roots to a graph task that %s",
+                             t->phase == TASK_FAILED ? "failed" : "is running");
     int *stack = NULL;
     int sp = 0, cap = 0;
     mpr_err_t rc = MPR_OK;
@@ -131,7 +204,9 @@ mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge
         int i = lookup(t, edges[r].node);
         bool fresh = i < 0;
         if (fresh && (i = insert(t, edges[r].node)) < 0) { rc = mpr_last_error_code(); break; }
+        if (t->entries[i].ran) { rc = already_ran(edges[r].node); break; }
         t->entries[i].deps++; /* the virtual root edge */
+        t->entries[i].root_deps++;
         if (!fresh) continue;
         /* Walk the nodes first reached from this root. */
         if (sp == cap) {
@@ -157,11 +232,14 @@ mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge
                     }
                     stack[sp++] = c;
                 }
+                if (t->entries[c].ran) { rc = already_ran(child); break; }
                 t->entries[c].deps++;
             }
         }
     }
     free(stack);
+    if (rc != MPR_OK) t->phase = TASK_FAILED; /* counts are incomplete */
+    check_task(t);
     return rc;
 }
 
@@ -289,30 +367,57 @@ static mpr_err_t push_ready(mpri_graph_task_t *t, int i) {
     return MPR_OK;
 }
 
-/* Deliver g (borrowed, may be NULL = no gradient on this edge) along an edge. */
-static mpr_err_t deliver(mpri_graph_task_t *t, mpri_edge_t edge, mpr_tensor_t *g) {
-    int c = lookup(t, edge.node);
-    if (c < 0)
-        return mpr_error_set(MPR_ERR_STATE, "backward: node %s is not part of this graph task",
-                             edge.node->def->name);
+/* Deliver g (borrowed, may be NULL = no gradient on this edge) along an edge
+ * of the subgraph: the edge was counted in the node's deps, so the node is in
+ * the task, has not run and its output slot exists (checked by the caller for
+ * root edges, by construction for node edges). */
+static mpr_err_t deliver(mpri_graph_task_t *t, int c, int output_nr, mpr_tensor_t *g) {
     entry_t *e = &t->entries[c];
-    if (e->ran || e->deps <= 0)
-        return mpr_error_set(MPR_ERR_STATE, "backward: node %s received a gradient after it ran",
-                             edge.node->def->name);
+    MPRI_ASSERT(!e->ran && e->deps > 0, "backward: a gradient arrived for a node with no outstanding dependency");
+    MPRI_ASSERT(output_nr >= 0 && output_nr < e->node->n_outputs, "backward: edge to an output that does not exist");
     if (g) {
-        if (edge.output_nr < 0 || edge.output_nr >= edge.node->n_outputs)
-            return mpr_error_set(MPR_ERR_STATE, "backward: output %d of node %s does not exist",
-                                 edge.output_nr, edge.node->def->name);
-        mpr_err_t rc = accumulate(&e->buf[edge.output_nr], g);
+        mpr_err_t rc = accumulate(&e->buf[output_nr], g);
         if (rc != MPR_OK) return rc;
     }
     if (--e->deps == 0) return push_ready(t, c);
     return MPR_OK;
 }
 
+/* Deliver along the internal edge `edge` of a node that ran. */
+static mpr_err_t deliver_edge(mpri_graph_task_t *t, mpri_edge_t edge, mpr_tensor_t *g) {
+    int c = lookup(t, edge.node);
+    MPRI_ASSERT(c >= 0, "backward: a child of a node in the task was not counted by add_roots");
+    return deliver(t, c, edge.output_nr, g);
+}
+
+/* Feed a root edge from the caller of run(): everything is checked and a
+ * mistake is a returned error. */
+static mpr_err_t feed_root(mpri_graph_task_t *t, mpri_edge_t edge, mpr_tensor_t *g) {
+    int c = lookup(t, edge.node);
+    if (c < 0 || t->entries[c].root_deps == 0)
+        return mpr_error_set(MPR_ERR_STATE,
+                             "backward: node %s is not an outstanding root of this graph task (never "
+                             "added with add_roots, or already fed)",
+                             edge.node->def->name);
+    if (edge.output_nr < 0 || edge.output_nr >= edge.node->n_outputs)
+        return mpr_error_set(MPR_ERR_STATE, "backward: output %d of node %s does not exist", edge.output_nr,
+                             edge.node->def->name);
+    const mpri_tensor_meta_t *m = &edge.node->out_meta[edge.output_nr];
+    if (g && !meta_matches(m, g)) {
+        char s1[96], s2[96];
+        return mpr_error_set(MPR_ERR_SHAPE, "backward: gradient %s %s fed to %s, whose output is %s %s",
+                             mpr_dtype_name(g->dtype), mpr_shape_str(g->ndim, g->shape, s1, sizeof s1),
+                             edge.node->def->name, mpr_dtype_name(m->dtype),
+                             mpr_shape_str(m->ndim, m->shape, s2, sizeof s2));
+    }
+    t->entries[c].root_deps--;
+    return deliver(t, c, edge.output_nr, g);
+}
+
 static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
     entry_t *e = &t->entries[idx];
     mpri_node_t *node = e->node;
+    MPRI_ASSERT(!e->ran && e->deps == 0, "backward: a node ran twice or before its dependencies");
     e->ran = true;
     bool any = false;
     for (int k = 0; k < node->n_outputs; k++) any |= e->buf[k] != NULL;
@@ -398,7 +503,7 @@ static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
         node->released = true;
     }
     for (int i = 0; i < node->n_next; i++) {
-        if (rc == MPR_OK && node->next[i].node) rc = deliver(t, node->next[i], gin[i]);
+        if (rc == MPR_OK && node->next[i].node) rc = deliver_edge(t, node->next[i], gin[i]);
         mpr_tensor_release(gin[i]);
     }
     if (gin != gin_small) free(gin);
@@ -407,30 +512,28 @@ static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
 
 mpr_err_t mpri_graph_task_run(mpri_graph_task_t *t, int n, const mpri_edge_t *edges,
                               mpr_tensor_t *const *grads) {
-    for (int i = 0; i < n; i++) {
-        if (!edges[i].node) continue;
-        if (grads[i] && edges[i].output_nr < edges[i].node->n_outputs &&
-            !meta_matches(&edges[i].node->out_meta[edges[i].output_nr], grads[i])) {
-            char s1[96], s2[96];
-            const mpri_tensor_meta_t *m = &edges[i].node->out_meta[edges[i].output_nr];
-            return mpr_error_set(MPR_ERR_SHAPE, "backward: gradient %s %s fed to %s, whose output is %s %s",
-                                 mpr_dtype_name(grads[i]->dtype),
-                                 mpr_shape_str(grads[i]->ndim, grads[i]->shape, s1, sizeof s1),
-                                 edges[i].node->def->name, mpr_dtype_name(m->dtype),
-                                 mpr_shape_str(m->ndim, m->shape, s2, sizeof s2));
-        }
-        mpr_err_t rc = deliver(t, edges[i], grads[i]);
-        if (rc != MPR_OK) return rc;
+    MPRI_ASSERT(t->phase != TASK_RUNNING, "backward: graph task run re-entered (one driver per task)");
+    if (t->phase == TASK_FAILED)
+        return mpr_error_set(MPR_ERR_STATE, "backward: this graph task failed earlier; it cannot run again");
+    check_task(t);
+    t->phase = TASK_RUNNING;
+    mpr_err_t rc = MPR_OK;
+    for (int i = 0; i < n && rc == MPR_OK; i++)
+        if (edges[i].node) rc = feed_root(t, edges[i], grads[i]);
+    /* A refused feed leaves its entry untouched; nodes already made ready by
+     * earlier edges of this call run (nothing is lost by the refusal). */
+    mpr_err_t feed_rc = rc;
+    rc = MPR_OK;
+    while (rc == MPR_OK && t->nready > 0) rc = run_node(t, t->ready[--t->nready]);
+    if (rc != MPR_OK) {
+        t->nready = 0; /* nodes made ready will never run */
+        t->phase = TASK_FAILED;
+    } else {
+        t->phase = TASK_OPEN;
+        rc = feed_rc;
     }
-    while (t->nready > 0) {
-        int i = t->ready[--t->nready];
-        mpr_err_t rc = run_node(t, i);
-        if (rc != MPR_OK) {
-            t->nready = 0;
-            return rc;
-        }
-    }
-    return MPR_OK;
+    check_task(t);
+    return rc;
 }
 
 mpr_err_t mpr_backward(mpr_tensor_t *root, mpr_tensor_t *grad, bool retain_graph) {

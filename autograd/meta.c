@@ -19,7 +19,7 @@
 
 #include "mpri_autograd.h"
 
-const mpri_op_def_t mpri_accumulate_def = {"AccumulateGrad", NULL, NULL};
+const mpri_op_def_t mpri_accumulate_def = {.name = "AccumulateGrad", .backward = NULL};
 
 static void meta_release_hook(struct mpri_autograd_meta *m) {
     mpr_tensor_release(m->grad);

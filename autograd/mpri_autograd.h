@@ -12,7 +12,7 @@
  *       if (mpri_node_needs_grad(n, 1)) gin[1] = mpri_sum_to(mpr_mul(gout[0], a), b);
  *       return (needed grads non-NULL) ? MPR_OK : mpr_last_error_code();
  *   }
- *   static const mpri_op_def_t mul_def = {"mul", mul_backward, NULL};
+ *   static const mpri_op_def_t mul_def = {.name = "mul", .backward = mul_backward};
  *
  *   mpr_tensor_t *mpr_mul(mpr_tensor_t *a, mpr_tensor_t *b) {
  *       if (!a || !b) return NULL;                    // keep the first error
@@ -21,6 +21,15 @@
  *       if (n) { mpri_node_save(n, a); mpri_node_save(n, b); }
  *       return mpri_result(out);                      // scope registration
  *   }
+ *
+ * An op that needs scalars or dims in backward declares a state struct and
+ * names it in its def (see MPRI_NODE_STATE below):
+ *
+ *   typedef struct mpri_ctx_conv2d { int64_t stride_h, stride_w, pad_h, pad_w; } mpri_ctx_conv2d_t;
+ *   static const mpri_op_def_t conv_def = {.name = "conv2d", .backward = conv_backward,
+ *                                          MPRI_OP_STATE(mpri_ctx_conv2d_t)};
+ *   forward:  *MPRI_NODE_STATE(n, mpri_ctx_conv2d_t) = (mpri_ctx_conv2d_t){.stride_h = sh, ...};
+ *   backward: const mpri_ctx_conv2d_t *st = MPRI_NODE_STATE(n, mpri_ctx_conv2d_t);
  *
  * Backward functions run with grad mode OFF inside a scope opened by the
  * engine, so they may call the public ops freely: temporaries are freed when
@@ -37,9 +46,11 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "kernels/mpri_kernels.h"
 #include "mpirpc/tensor_ops.h"
+#include "mpri_assert.h"
 #include "mpri_tensor.h"
 
 typedef struct mpri_node mpri_node_t;
@@ -51,7 +62,30 @@ typedef struct mpri_op_def {
     const char *name;          /* op name used in errors and mpr_grad_fn_name */
     mpri_backward_fn backward; /* NULL only for the engine's leaf accumulator */
     void (*release_ctx)(void *ctx); /* frees node->ctx when the node dies; may be NULL */
+    /* The op's inline state type (see MPRI_NODE_STATE), set with MPRI_OP_STATE;
+     * 0 / NULL for ops that keep none. */
+    size_t state_size;
+    const char *state_type;
 } mpri_op_def_t;
+
+/* Per-op state kept for backward (dims, scalars, flags): each op that needs
+ * some declares a struct `mpri_ctx_<op>_t` with named fields, names it in its
+ * def with MPRI_OP_STATE, and reaches it with MPRI_NODE_STATE(node, type) in
+ * forward (to fill it) and backward (to read it). The state lives inline in
+ * the node (no allocation), at most MPRI_NODE_STATE_BYTES (checked at compile
+ * time), zeroed at creation. MPRI_NODE_STATE checks that the node's def
+ * declared that type (its size in every build, its name in Debug builds). */
+#define MPRI_NODE_STATE_BYTES 48
+#define MPRI_OP_STATE(T)                                                                        \
+    .state_size = sizeof(T) + 0 * sizeof(char[sizeof(T) <= MPRI_NODE_STATE_BYTES ? 1 : -1]),   \
+    .state_type = #T
+#define MPRI_NODE_STATE(node, T) ((T *)mpri_node_state((node), sizeof(T), #T))
+
+/* The state of ops working along one (normalized) dim: softmax, index_select,
+ * gather, cat, stack/unbind. */
+typedef struct mpri_ctx_dim {
+    int dim;
+} mpri_ctx_dim_t;
 
 /* An edge: gradient for output `output_nr` of `node`. node NULL = no gradient needed. */
 typedef struct mpri_edge {
@@ -83,9 +117,13 @@ struct mpri_node {
     bool has_saved;          /* saved anything (backward-twice detection) */
     bool released;           /* saved tensors freed by a backward without retain_graph */
     mpri_saved_t saved[MPRI_NODE_MAX_SAVED];
-    /* Per-op parameters (dims, scalars) kept for backward. */
-    double dparam[4];
-    int64_t iparam[2 * MPR_MAX_DIMS];
+    /* The op's state for backward (MPRI_NODE_STATE; aligned for any field). */
+    union {
+        unsigned char bytes[MPRI_NODE_STATE_BYTES];
+        int64_t align_i64;
+        double align_f64;
+        void *align_ptr;
+    } state;
     void *ctx;               /* op-owned extra state, freed by def->release_ctx */
     /* Shapes of the op's inputs (to check the gradients a backward returns)
      * and outputs (to make zero gradients for outputs nobody used). ndim -1
@@ -127,6 +165,15 @@ int mpri_node_save(mpri_node_t *n, mpr_tensor_t *t);
  * MPR_ERR_STATE set if it was freed by an earlier backward or modified in
  * place since it was saved. */
 mpr_tensor_t *mpri_node_saved(mpri_node_t *n, int i);
+/* The inline state of node n (use MPRI_NODE_STATE): asserts that n's op def
+ * declared a state of `size` bytes named `type`. */
+static inline void *mpri_node_state(mpri_node_t *n, size_t size, const char *type) {
+    MPRI_ASSERT(n->def->state_size == size, "op state accessed with a type its op def does not declare");
+    MPRI_DEBUG_ASSERT(n->def->state_type && strcmp(n->def->state_type, type) == 0,
+                      "op state accessed with a type its op def does not declare");
+    (void)type;
+    return n->state.bytes;
+}
 /* True if the gradient of input `i` is wanted (its edge leads somewhere). */
 bool mpri_node_needs_grad(const mpri_node_t *n, int i);
 

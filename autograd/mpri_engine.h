@@ -72,10 +72,16 @@ void mpri_graph_task_destroy(mpri_graph_task_t *task); /* accepts NULL */
  * NULL node are ignored. */
 mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *task, int n, const mpri_edge_t *edges);
 /* Feed gradients (BORROWED; shape of the edge's output) and run what becomes
- * ready. Every edge must have been added as a root (MPR_ERR_STATE otherwise).
- * grads[i] may be NULL: that releases the root's dependency without a
- * gradient (e.g. a send function whose peer will send none), so the nodes
- * waiting on it can run. */
+ * ready. Every edge must be an outstanding root: added with add_roots and not
+ * fed yet (once per time it was added); otherwise MPR_ERR_STATE, and a
+ * gradient of the wrong dtype/shape is MPR_ERR_SHAPE — a refused edge changes
+ * nothing, the edges before it are fed and run. grads[i] may be NULL: that
+ * releases the root's dependency without a gradient (e.g. a send function
+ * whose peer will send none), so the nodes waiting on it can run. When a node
+ * fails (its backward, the sink or an accumulation returns an error) the task
+ * is failed: later run() and add_roots() calls return MPR_ERR_STATE; destroy
+ * it. add_roots() also fails (MPR_ERR_STATE) when a new root reaches a node
+ * that already ran. */
 mpr_err_t mpri_graph_task_run(mpri_graph_task_t *task, int n, const mpri_edge_t *edges,
                               mpr_tensor_t *const *grads);
 /* Nodes of the subgraph (as counted so far). */

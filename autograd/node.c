@@ -5,10 +5,13 @@
  * one alias (no autograd meta) per saved tensor, so the graph is a DAG of
  * strong references with no cycles: it dies when its last output tensor dies.
  * Release is iterative (an explicit stack), so a 100k-op chain cannot
- * overflow the C stack. */
+ * overflow the C stack. Edge and meta indices are set by this library's own
+ * op code, so an index out of range, an edge to an output its node does not
+ * have, or a reference count going below zero is a bug: MPRI_ASSERT. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_assert.h"
 #include "mpri_autograd.h"
 
 static atomic_ullong node_seq;
@@ -63,14 +66,16 @@ void mpri_node_release(mpri_node_t *n) {
     stack[sp++] = n;
     while (sp > 0) {
         mpri_node_t *x = stack[--sp];
-        if (atomic_fetch_sub_explicit(&x->refcount, 1, memory_order_acq_rel) != 1) continue;
+        long before = atomic_fetch_sub_explicit(&x->refcount, 1, memory_order_acq_rel);
+        MPRI_ASSERT(before > 0, "graph node released more often than retained");
+        if (before != 1) continue;
         mpri_node_release_saved(x);
         if (x->ctx && x->def && x->def->release_ctx) x->def->release_ctx(x->ctx);
         for (int i = 0; i < x->n_next; i++) {
             if (!x->next[i].node) continue;
             if (sp == cap) {
                 mpri_node_t **ns = malloc((size_t)cap * 2 * sizeof *ns);
-                if (!ns) abort(); /* cannot free the graph without memory */
+                MPRI_ASSERT(ns != NULL, "out of memory while freeing a graph (its release stack)");
                 memcpy(ns, stack, (size_t)sp * sizeof *ns);
                 if (stack != small) free(stack);
                 stack = ns;
@@ -84,6 +89,9 @@ void mpri_node_release(mpri_node_t *n) {
 }
 
 void mpri_node_set_next(mpri_node_t *n, int i, mpri_edge_t edge) {
+    MPRI_ASSERT(i >= 0 && i < n->n_next, "mpri_node_set_next: edge index out of range");
+    MPRI_ASSERT(!edge.node || (edge.output_nr >= 0 && edge.output_nr < edge.node->n_outputs),
+                "mpri_node_set_next: edge to an output the target node does not have");
     mpri_node_retain(edge.node);
     mpri_node_release(n->next[i].node);
     n->next[i] = edge;
@@ -96,8 +104,14 @@ static void meta_of(const mpr_tensor_t *t, mpri_tensor_meta_t *m) {
     memcpy(m->shape, t->shape, sizeof m->shape);
 }
 
-void mpri_node_set_input_meta(mpri_node_t *n, int i, const mpr_tensor_t *t) { meta_of(t, &n->in_meta[i]); }
-void mpri_node_set_output_meta(mpri_node_t *n, int k, const mpr_tensor_t *t) { meta_of(t, &n->out_meta[k]); }
+void mpri_node_set_input_meta(mpri_node_t *n, int i, const mpr_tensor_t *t) {
+    MPRI_ASSERT(i >= 0 && i < n->n_next, "mpri_node_set_input_meta: input index out of range");
+    meta_of(t, &n->in_meta[i]);
+}
+void mpri_node_set_output_meta(mpri_node_t *n, int k, const mpr_tensor_t *t) {
+    MPRI_ASSERT(k >= 0 && k < n->n_outputs, "mpri_node_set_output_meta: output index out of range");
+    meta_of(t, &n->out_meta[k]);
+}
 
 bool mpri_any_requires_grad(int n, mpr_tensor_t *const *inputs) {
     if (!mpr_grad_enabled()) return false;

@@ -128,8 +128,8 @@ static mpr_err_t convert_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
     gin[0] = gout[0]->dtype == in_dt ? gout[0] : mpr_to_dtype(gout[0], in_dt);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
-static const mpri_op_def_t clone_def = {"clone", convert_backward, NULL};
-static const mpri_op_def_t to_dtype_def = {"to_dtype", convert_backward, NULL};
+static const mpri_op_def_t clone_def = {.name = "clone", .backward = convert_backward};
+static const mpri_op_def_t to_dtype_def = {.name = "to_dtype", .backward = convert_backward};
 
 mpr_tensor_t *mpr_clone(mpr_tensor_t *t) {
     if (!t) return NULL;

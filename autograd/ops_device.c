@@ -101,14 +101,18 @@ static mpr_tensor_t *copy_to(mpr_tensor_t *t, int device) {
     return out;
 }
 
+typedef struct mpri_ctx_to_device {
+    int src_device; /* where the input lived: the gradient goes back there */
+} mpri_ctx_to_device_t;
+
 static mpr_err_t to_device_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
-    /* gout[0]: [*shape] on the destination device -> gin[0] on the source device (iparam[0]). */
+    /* gout[0]: [*shape] on the destination device -> gin[0] on the source device. */
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
-    gin[0] = mpr_to_device(gout[0], (int)n->iparam[0]);
+    gin[0] = mpr_to_device(gout[0], MPRI_NODE_STATE(n, mpri_ctx_to_device_t)->src_device);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
 
-static const mpri_op_def_t to_device_def = {"to_device", to_device_backward, NULL};
+static const mpri_op_def_t to_device_def = {.name = "to_device", .backward = to_device_backward, MPRI_OP_STATE(mpri_ctx_to_device_t)};
 #endif
 
 mpr_tensor_t *mpr_to_device(mpr_tensor_t *t, int device) {
@@ -120,7 +124,7 @@ mpr_tensor_t *mpr_to_device(mpr_tensor_t *t, int device) {
     mpr_tensor_t *out = copy_to(t, device);
     if (!out) return NULL;
     mpri_node_t *n = mpri_record(&to_device_def, 1, (mpr_tensor_t *[]){t}, out);
-    if (n) n->iparam[0] = src_dev;
+    if (n) MPRI_NODE_STATE(n, mpri_ctx_to_device_t)->src_device = src_dev;
     return mpri_result(out);
 #else
     mpr_error_set(MPR_ERR_UNSUPPORTED, "to_device: tensor on device %d in a build without CUDA", t->storage->device);

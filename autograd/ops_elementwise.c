@@ -43,12 +43,14 @@ static mpr_tensor_t *binary_raw(mpri_binop_t op, mpr_tensor_t *a, mpr_tensor_t *
     return out;
 }
 
+static const mpri_op_def_t sub_def;
+
 static mpr_err_t add_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *g = gout[0];
     if (mpri_node_needs_grad(n, 0))
         gin[0] = mpri_sum_to_shape(g, n->in_meta[0].ndim, n->in_meta[0].shape);
     if (mpri_node_needs_grad(n, 1)) {
-        mpr_tensor_t *gb = n->dparam[0] < 0 ? mpr_neg(g) : g;
+        mpr_tensor_t *gb = n->def == &sub_def ? mpr_neg(g) : g; /* d(a - b)/db = -1 */
         gin[1] = mpri_sum_to_shape(gb, n->in_meta[1].ndim, n->in_meta[1].shape);
     }
     if ((mpri_node_needs_grad(n, 0) && !gin[0]) || (mpri_node_needs_grad(n, 1) && !gin[1]))
@@ -78,10 +80,10 @@ static mpr_err_t div_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     return MPR_OK;
 }
 
-static const mpri_op_def_t add_def = {"add", add_backward, NULL};
-static const mpri_op_def_t sub_def = {"sub", add_backward, NULL};
-static const mpri_op_def_t mul_def = {"mul", mul_backward, NULL};
-static const mpri_op_def_t div_def = {"div", div_backward, NULL};
+static const mpri_op_def_t add_def = {.name = "add", .backward = add_backward};
+static const mpri_op_def_t sub_def = {.name = "sub", .backward = add_backward};
+static const mpri_op_def_t mul_def = {.name = "mul", .backward = mul_backward};
+static const mpri_op_def_t div_def = {.name = "div", .backward = div_backward};
 
 static mpr_tensor_t *binary(mpri_binop_t op, mpr_tensor_t *a, mpr_tensor_t *b) {
     if (!a || !b) return NULL;
@@ -89,12 +91,9 @@ static mpr_tensor_t *binary(mpri_binop_t op, mpr_tensor_t *a, mpr_tensor_t *b) {
     if (!out) return NULL;
     static const mpri_op_def_t *const defs[] = {&add_def, &sub_def, &mul_def, &div_def};
     mpri_node_t *n = mpri_record(defs[op], 2, (mpr_tensor_t *[]){a, b}, out);
-    if (n) {
-        n->dparam[0] = op == MPRI_BIN_SUB ? -1.0 : 1.0;
-        if (op == MPRI_BIN_MUL || op == MPRI_BIN_DIV) {
-            mpri_node_save(n, a);
-            mpri_node_save(n, b);
-        }
+    if (n && (op == MPRI_BIN_MUL || op == MPRI_BIN_DIV)) {
+        mpri_node_save(n, a);
+        mpri_node_save(n, b);
     }
     return mpri_result(out);
 }
@@ -121,8 +120,15 @@ static const unary_info_t un_info[MPRI_UN_COUNT] = {
     [MPRI_UN_MUL_S] = {"mul_scalar", false, false}, [MPRI_UN_RSUB_S] = {"rsub_scalar", false, false},
 };
 
+/* State of every unary node: the kernel op and its scalar parameters. */
+typedef struct mpri_ctx_unary {
+    mpri_unop_t op;
+    double p0, p1; /* exponent (pow), bounds (clamp), scalar (add/mul/rsub_scalar) */
+} mpri_ctx_unary_t;
+
 static mpr_err_t unary_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
-    mpri_unop_t op = (mpri_unop_t)n->iparam[0];
+    const mpri_ctx_unary_t *st = MPRI_NODE_STATE(n, mpri_ctx_unary_t);
+    mpri_unop_t op = st->op;
     const mpr_tensor_t *x = NULL, *y = NULL;
     int k = 0;
     if (un_info[op].save_x && !(x = mpri_node_saved(n, k++))) return mpr_last_error_code();
@@ -135,13 +141,13 @@ static mpr_err_t unary_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     if (!out) return mpr_last_error_code();
     mpr_err_t rc = MPRI_BK(B, unary_backward, g->storage->device, op, g->dtype, mpr_tensor_numel(g),
                            mpr_tensor_data(out), mpr_tensor_data(g), x ? mpr_tensor_data(x) : NULL,
-                           y ? mpr_tensor_data(y) : NULL, n->dparam[0], n->dparam[1]);
+                           y ? mpr_tensor_data(y) : NULL, st->p0, st->p1);
     if (rc != MPR_OK) return rc;
     gin[0] = out;
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
 
-#define UNARY_DEF(NAME) {#NAME, unary_backward, NULL}
+#define UNARY_DEF(NAME) {.name = #NAME, .backward = unary_backward, MPRI_OP_STATE(mpri_ctx_unary_t)}
 static const mpri_op_def_t un_defs[MPRI_UN_COUNT] = {
     [MPRI_UN_NEG] = UNARY_DEF(neg),         [MPRI_UN_EXP] = UNARY_DEF(exp),
     [MPRI_UN_LOG] = UNARY_DEF(log),         [MPRI_UN_SQRT] = UNARY_DEF(sqrt),
@@ -173,9 +179,7 @@ static mpr_tensor_t *unary(mpri_unop_t op, mpr_tensor_t *a, double p0, double p1
     }
     mpri_node_t *n = mpri_record(&un_defs[op], 1, &a, out);
     if (n) {
-        n->iparam[0] = op;
-        n->dparam[0] = p0;
-        n->dparam[1] = p1;
+        *MPRI_NODE_STATE(n, mpri_ctx_unary_t) = (mpri_ctx_unary_t){.op = op, .p0 = p0, .p1 = p1};
         if (un_info[op].save_x) mpri_node_save(n, x);
         if (un_info[op].save_y) mpri_node_save(n, out);
     }

@@ -51,7 +51,7 @@ static mpr_err_t matmul_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
         return mpr_last_error_code();
     return MPR_OK;
 }
-static const mpri_op_def_t matmul_def = {"matmul", matmul_backward, NULL};
+static const mpri_op_def_t matmul_def = {.name = "matmul", .backward = matmul_backward};
 
 /* a [..., n, k] @ b [..., k, m], both ndim >= 2. */
 static mpr_tensor_t *matmul_core(mpr_tensor_t *a, mpr_tensor_t *b) {
@@ -218,7 +218,7 @@ static mpr_err_t linear_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     }
     return MPR_OK;
 }
-static const mpri_op_def_t linear_def = {"linear", linear_backward, NULL};
+static const mpri_op_def_t linear_def = {.name = "linear", .backward = linear_backward};
 
 mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b) {
     if (!x || !w) return NULL;

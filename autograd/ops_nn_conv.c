@@ -8,8 +8,8 @@
  * kh*kw times larger than the input), and skipped for 1x1 stride-1 unpadded
  * kernels (col is then x[n] itself).
  *
- * Invariants: saved tensors are the contiguous input and weight; iparam holds
- * (sh, sw, ph, pw); the column buffer is private scratch freed before return. */
+ * Invariants: saved tensors are the contiguous input and weight; the node's
+ * mpri_ctx_conv2d_t holds strides and paddings; the column buffer is private scratch freed before return. */
 #include <cblas.h>
 #include <stdlib.h>
 
@@ -44,13 +44,18 @@ static void im2col(mpr_dtype_t dt, const conv_geom_t *g, const void *x, void *co
                         g->ow, col);
 }
 
+typedef struct mpri_ctx_conv2d {
+    int64_t stride_h, stride_w, pad_h, pad_w;
+} mpri_ctx_conv2d_t;
+
 static mpr_err_t conv_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *x = mpri_node_saved(n, 0), *w = mpri_node_saved(n, 1);
     if (!x || !w) return mpr_last_error_code();
     mpr_dtype_t dt = x->dtype;
+    const mpri_ctx_conv2d_t *st = MPRI_NODE_STATE(n, mpri_ctx_conv2d_t);
     conv_geom_t g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
-                     w->shape[2], w->shape[3], n->iparam[0], n->iparam[1], n->iparam[2],
-                     n->iparam[3], 0, 0};
+                     w->shape[2], w->shape[3], st->stride_h, st->stride_w, st->pad_h,
+                     st->pad_w, 0, 0};
     bool need_x = mpri_node_needs_grad(n, 0), need_w = mpri_node_needs_grad(n, 1),
          need_b = n->n_next > 2 && mpri_node_needs_grad(n, 2);
     mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
@@ -123,7 +128,7 @@ out:
     return err;
 }
 
-static const mpri_op_def_t conv_def = {"conv2d", conv_backward, NULL};
+static const mpri_op_def_t conv_def = {.name = "conv2d", .backward = conv_backward, MPRI_OP_STATE(mpri_ctx_conv2d_t)};
 
 mpr_tensor_t *mpr_conv2d(mpr_tensor_t *x, mpr_tensor_t *weight, mpr_tensor_t *bias, int64_t sh,
                          int64_t sw, int64_t ph, int64_t pw) {
@@ -214,10 +219,8 @@ mpr_tensor_t *mpr_conv2d(mpr_tensor_t *x, mpr_tensor_t *weight, mpr_tensor_t *bi
     mpri_node_t *n = bias ? mpri_record(&conv_def, 3, (mpr_tensor_t *[]){x, weight, bias}, y)
                           : mpri_record(&conv_def, 2, (mpr_tensor_t *[]){x, weight}, y);
     if (n) {
-        n->iparam[0] = sh;
-        n->iparam[1] = sw;
-        n->iparam[2] = ph;
-        n->iparam[3] = pw;
+        *MPRI_NODE_STATE(n, mpri_ctx_conv2d_t) =
+            (mpri_ctx_conv2d_t){.stride_h = sh, .stride_w = sw, .pad_h = ph, .pad_w = pw};
         mpri_node_save(n, xc);
         mpri_node_save(n, wc);
     }

@@ -11,7 +11,7 @@
 #include "mpri_nn_ops.h"
 
 /* ------------------------------------------------- index_select / embedding
- * iparam[0] = dim of the indexed axis in the input. saved[0] = flat index. */
+ * State: mpri_ctx_dim_t (the indexed axis of the input). saved[0] = flat index. */
 
 static mpr_err_t index_select_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
                                        mpr_tensor_t **gin) {
@@ -19,7 +19,7 @@ static mpr_err_t index_select_backward(mpri_node_t *n, mpr_tensor_t *const *gout
     if (!idx) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     const mpri_tensor_meta_t *m = &n->in_meta[0];
-    int dim = (int)n->iparam[0];
+    int dim = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     int64_t outer, inner;
     mpri_nn_split_dims(m->ndim, m->shape, dim, &outer, &inner);
     int64_t k = mpr_tensor_numel(idx);
@@ -40,8 +40,8 @@ static mpr_err_t index_select_backward(mpri_node_t *n, mpr_tensor_t *const *gout
     return MPR_OK;
 }
 
-static const mpri_op_def_t index_select_def = {"index_select", index_select_backward, NULL};
-static const mpri_op_def_t embedding_def = {"embedding", index_select_backward, NULL};
+static const mpri_op_def_t index_select_def = {.name = "index_select", .backward = index_select_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
+static const mpri_op_def_t embedding_def = {.name = "embedding", .backward = index_select_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 /* out shape: x's shape with dim replaced by the index's shape (index_select:
  * index 1-D; embedding: dim 0 of a 2-D table replaced by an index of any shape). */
@@ -85,7 +85,7 @@ static mpr_tensor_t *index_common(const mpri_op_def_t *def, mpr_tensor_t *x, int
     mpr_tensor_release(xc);
     mpri_node_t *n = mpri_record(def, 1, &x, y);
     if (n) {
-        n->iparam[0] = d;
+        MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim = d;
         mpri_node_save(n, ic);
     }
     mpr_tensor_release(ic);
@@ -129,14 +129,14 @@ mpr_tensor_t *mpr_embedding(mpr_tensor_t *weight, mpr_tensor_t *indices) {
 
 /* ----------------------------------------------------------------- gather
  * Only called with an index whose extents equal x's except at dim.
- * iparam[0] = dim; saved[0] = contiguous index. */
+ * State: mpri_ctx_dim_t; saved[0] = contiguous index. */
 
 static mpr_err_t gather_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *idx = mpri_node_saved(n, 0);
     if (!idx) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     const mpri_tensor_meta_t *m = &n->in_meta[0];
-    int dim = (int)n->iparam[0];
+    int dim = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     int64_t outer, inner;
     mpri_nn_split_dims(m->ndim, m->shape, dim, &outer, &inner);
     mpr_tensor_t *gx = mpr_zeros(m->dtype, m->ndim, m->shape);
@@ -157,7 +157,7 @@ static mpr_err_t gather_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     return MPR_OK;
 }
 
-static const mpri_op_def_t gather_def = {"gather", gather_backward, NULL};
+static const mpri_op_def_t gather_def = {.name = "gather", .backward = gather_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 static mpr_tensor_t *gather_same(mpr_tensor_t *x, int d, mpr_tensor_t *index) {
     int64_t n_at = x->ndim ? x->shape[d] : 1;
@@ -188,7 +188,7 @@ static mpr_tensor_t *gather_same(mpr_tensor_t *x, int d, mpr_tensor_t *index) {
     mpr_tensor_release(xc);
     mpri_node_t *n = mpri_record(&gather_def, 1, &x, y);
     if (n) {
-        n->iparam[0] = d;
+        MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim = d;
         mpri_node_save(n, ic);
     }
     mpr_tensor_release(ic);

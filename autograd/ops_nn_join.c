@@ -16,10 +16,10 @@
 #include "mpri_nn_ops.h"
 
 /* ------------------------------------------------------------------- cat
- * iparam[0] = dim. The inputs' sizes along dim are in node->in_meta. */
+ * State: mpri_ctx_dim_t. The inputs' sizes along dim are in node->in_meta. */
 
 static mpr_err_t cat_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
-    int d = (int)n->iparam[0];
+    int d = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
     if (!gy) return mpr_last_error_code();
     int64_t outer, inner;
@@ -46,7 +46,7 @@ static mpr_err_t cat_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     return err;
 }
 
-static const mpri_op_def_t cat_def = {"cat", cat_backward, NULL};
+static const mpri_op_def_t cat_def = {.name = "cat", .backward = cat_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
     if (!xs || n < 1) {
@@ -105,7 +105,7 @@ mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
         off += w;
     }
     mpri_node_t *node = mpri_record(&cat_def, n, xs, y);
-    if (node) node->iparam[0] = d;
+    if (node) MPRI_NODE_STATE(node, mpri_ctx_dim_t)->dim = d;
     return mpri_result(y);
 }
 
@@ -209,12 +209,12 @@ mpr_err_t mpr_chunk(mpr_tensor_t *x, int chunks, int dim, mpr_tensor_t **out, in
 }
 
 /* ---------------------------------------------------------------- unbind
- * iparam[0] = dim. Output k is slice k; its gradient goes to slice k. */
+ * State: mpri_ctx_dim_t. Output k is slice k; its gradient goes to slice k. */
 
 static mpr_err_t unbind_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     const mpri_tensor_meta_t *m = &n->in_meta[0];
-    int d = (int)n->iparam[0];
+    int d = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     int64_t outer, inner;
     mpri_nn_split_dims(m->ndim, m->shape, d, &outer, &inner);
     mpr_tensor_t *g = mpr_tensor_empty(m->dtype, m->ndim, m->shape);
@@ -235,7 +235,7 @@ static mpr_err_t unbind_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     return MPR_OK;
 }
 
-static const mpri_op_def_t unbind_def = {"unbind", unbind_backward, NULL};
+static const mpri_op_def_t unbind_def = {.name = "unbind", .backward = unbind_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 mpr_err_t mpr_unbind(mpr_tensor_t *x, int dim, mpr_tensor_t **out, int cap, int *n_out) {
     if (n_out) *n_out = 0;
@@ -273,7 +273,7 @@ mpr_err_t mpr_unbind(mpr_tensor_t *x, int dim, mpr_tensor_t **out, int cap, int 
         return e;
     }
     mpri_node_t *node = mpri_record_multi(&unbind_def, 1, &x, (int)len, out);
-    if (node) node->iparam[0] = d;
+    if (node) MPRI_NODE_STATE(node, mpri_ctx_dim_t)->dim = d;
     for (int64_t i = 0; i < len; i++) out[i] = mpri_result(out[i]);
     *n_out = (int)len;
     return MPR_OK;

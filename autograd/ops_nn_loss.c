@@ -51,9 +51,16 @@ static mpr_err_t check_targets(const char *op, const mpr_tensor_t *tc, int64_t N
     return e;
 }
 
+/* State of nll_loss and cross_entropy nodes: rows counted at forward time. */
+typedef struct mpri_ctx_class_loss {
+    int64_t ignore_index; /* target value that counts no row */
+    int64_t count;        /* rows with another target: the mean's divisor */
+} mpri_ctx_class_loss_t;
+
 /* ------------------------------------------------------------- nll_loss */
 
 static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    const mpri_ctx_class_loss_t *st = MPRI_NODE_STATE(n, mpri_ctx_class_loss_t);
     mpr_tensor_t *t = mpri_node_saved(n, 0);
     if (!t) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
@@ -67,14 +74,14 @@ static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     mpr_err_t e = MPR_OK;
     if (dev >= 0) {
 #ifdef MPIRPC_HAVE_CUDA
-        e = mpri_cuda_nll_loss_bwd(dev, m->dtype, mpr_tensor_data(t), N, C, n->iparam[0],
-                                   n->iparam[1], g, mpr_tensor_data(gx));
+        e = mpri_cuda_nll_loss_bwd(dev, m->dtype, mpr_tensor_data(t), N, C, st->ignore_index,
+                                   st->count, g, mpr_tensor_data(gx));
 #endif
     } else if (m->dtype == MPR_F32) {
-        mpri_nll_loss_bwd_f32(mpr_tensor_data(t), N, C, n->iparam[0], n->iparam[1], g,
+        mpri_nll_loss_bwd_f32(mpr_tensor_data(t), N, C, st->ignore_index, st->count, g,
                               mpr_tensor_data(gx));
     } else {
-        mpri_nll_loss_bwd_f64(mpr_tensor_data(t), N, C, n->iparam[0], n->iparam[1], g,
+        mpri_nll_loss_bwd_f64(mpr_tensor_data(t), N, C, st->ignore_index, st->count, g,
                               mpr_tensor_data(gx));
     }
     if (e != MPR_OK) {
@@ -85,7 +92,7 @@ static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     return MPR_OK;
 }
 
-static const mpri_op_def_t nll_def = {"nll_loss", nll_backward, NULL};
+static const mpri_op_def_t nll_def = {.name = "nll_loss", .backward = nll_backward, MPRI_OP_STATE(mpri_ctx_class_loss_t)};
 
 mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t ignore_index) {
     if (!logp || !target) return NULL;
@@ -116,8 +123,8 @@ mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t 
     if (out) {
         mpri_node_t *n = mpri_record(&nll_def, 1, &logp, out);
         if (n) {
-            n->iparam[0] = ignore_index;
-            n->iparam[1] = count;
+            *MPRI_NODE_STATE(n, mpri_ctx_class_loss_t) =
+                (mpri_ctx_class_loss_t){.ignore_index = ignore_index, .count = count};
             mpri_node_save(n, tc);
         }
     }
@@ -132,6 +139,7 @@ mpr_tensor_t *mpr_nll_loss(mpr_tensor_t *logp, mpr_tensor_t *target) {
 /* -------------------------------------------------------- cross_entropy */
 
 static mpr_err_t ce_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    const mpri_ctx_class_loss_t *st = MPRI_NODE_STATE(n, mpri_ctx_class_loss_t);
     mpr_tensor_t *x = mpri_node_saved(n, 0), *t = mpri_node_saved(n, 1),
                  *lse = mpri_node_saved(n, 2);
     if (!x || !t || !lse) return mpr_last_error_code();
@@ -146,15 +154,15 @@ static mpr_err_t ce_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tens
     if (dev >= 0) {
 #ifdef MPIRPC_HAVE_CUDA
         e = mpri_cuda_cross_entropy_bwd(dev, x->dtype, mpr_tensor_data(x), mpr_tensor_data(t),
-                                        mpr_tensor_data(lse), N, C, n->iparam[0], n->iparam[1], g,
+                                        mpr_tensor_data(lse), N, C, st->ignore_index, st->count, g,
                                         mpr_tensor_data(gx));
 #endif
     } else if (x->dtype == MPR_F32) {
         mpri_cross_entropy_bwd_f32(mpr_tensor_data(x), mpr_tensor_data(t), mpr_tensor_data(lse), N,
-                                   C, n->iparam[0], n->iparam[1], g, mpr_tensor_data(gx));
+                                   C, st->ignore_index, st->count, g, mpr_tensor_data(gx));
     } else {
         mpri_cross_entropy_bwd_f64(mpr_tensor_data(x), mpr_tensor_data(t), mpr_tensor_data(lse), N,
-                                   C, n->iparam[0], n->iparam[1], g, mpr_tensor_data(gx));
+                                   C, st->ignore_index, st->count, g, mpr_tensor_data(gx));
     }
     if (e != MPR_OK) {
         mpr_tensor_release(gx);
@@ -164,7 +172,7 @@ static mpr_err_t ce_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tens
     return MPR_OK;
 }
 
-static const mpri_op_def_t ce_def = {"cross_entropy", ce_backward, NULL};
+static const mpri_op_def_t ce_def = {.name = "cross_entropy", .backward = ce_backward, MPRI_OP_STATE(mpri_ctx_class_loss_t)};
 
 mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
                                    int64_t ignore_index) {
@@ -198,8 +206,8 @@ mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
     if (out) {
         mpri_node_t *n = mpri_record(&ce_def, 1, &logits, out);
         if (n) {
-            n->iparam[0] = ignore_index;
-            n->iparam[1] = count;
+            *MPRI_NODE_STATE(n, mpri_ctx_class_loss_t) =
+                (mpri_ctx_class_loss_t){.ignore_index = ignore_index, .count = count};
             /* The contiguous logits: when `logits` was already contiguous this is
              * the same storage, so in-place changes are detected by version. */
             mpri_node_save(n, xc);
@@ -253,7 +261,7 @@ static mpr_err_t mse_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     return MPR_OK;
 }
 
-static const mpri_op_def_t mse_def = {"mse_loss", mse_backward, NULL};
+static const mpri_op_def_t mse_def = {.name = "mse_loss", .backward = mse_backward};
 
 mpr_tensor_t *mpr_mse_loss(mpr_tensor_t *input, mpr_tensor_t *target) {
     if (!input || !target) return NULL;

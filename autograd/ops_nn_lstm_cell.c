@@ -43,7 +43,7 @@ static mpr_err_t lstm_cell_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
     return MPR_OK;
 }
 
-static const mpri_op_def_t lstm_cell_def = {"lstm_cell", lstm_cell_backward, NULL};
+static const mpri_op_def_t lstm_cell_def = {.name = "lstm_cell", .backward = lstm_cell_backward};
 
 mpr_err_t mpr_lstm_cell(mpr_tensor_t *gates, mpr_tensor_t *c_prev, mpr_tensor_t **h_out,
                         mpr_tensor_t **c_out) {

@@ -31,7 +31,7 @@ static mpr_err_t pool_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_te
     return MPR_OK;
 }
 
-static const mpri_op_def_t pool_def = {"max_pool2d", pool_backward, NULL};
+static const mpri_op_def_t pool_def = {.name = "max_pool2d", .backward = pool_backward};
 
 mpr_tensor_t *mpr_max_pool2d(mpr_tensor_t *x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                              int64_t ph, int64_t pw) {

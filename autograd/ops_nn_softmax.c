@@ -12,7 +12,7 @@ static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *go
     mpr_tensor_t *y = mpri_node_saved(n, 0);
     if (!y) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
-    int dim = (int)n->iparam[0];
+    int dim = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     int64_t outer, inner;
     mpri_nn_split_dims(y->ndim, y->shape, dim, &outer, &inner);
     int64_t len = y->ndim ? y->shape[dim] : 1;
@@ -54,8 +54,8 @@ static mpr_err_t log_softmax_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
     return softmax_backward_common(n, gout, gin, 1);
 }
 
-static const mpri_op_def_t softmax_def = {"softmax", softmax_backward, NULL};
-static const mpri_op_def_t log_softmax_def = {"log_softmax", log_softmax_backward, NULL};
+static const mpri_op_def_t softmax_def = {.name = "softmax", .backward = softmax_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
+static const mpri_op_def_t log_softmax_def = {.name = "log_softmax", .backward = log_softmax_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, int dim,
                                     int is_log) {
@@ -94,7 +94,7 @@ static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, i
     }
     mpri_node_t *n = mpri_record(def, 1, &x, y);
     if (n) {
-        n->iparam[0] = d;
+        MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim = d;
         mpri_node_save(n, y);
     }
     return mpri_result(y);

@@ -26,18 +26,23 @@ static mpr_err_t dims_mask(const char *op, const mpr_tensor_t *t, int ndims, con
     return MPR_OK;
 }
 
-/* iparam[0..ndim-1]: reduced-dim mask of the input; dparam[0]: scale (1 or 1/N). */
+typedef struct mpri_ctx_sum {
+    bool reduced[MPR_MAX_DIMS]; /* dims of the input summed over */
+    double scale;               /* 1 (sum) or 1/count (mean) */
+} mpri_ctx_sum_t;
+
 static mpr_err_t sum_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     const mpri_tensor_meta_t *m = &n->in_meta[0];
+    const mpri_ctx_sum_t *st = MPRI_NODE_STATE(n, mpri_ctx_sum_t);
     int64_t keep[MPR_MAX_DIMS];
-    for (int i = 0; i < m->ndim; i++) keep[i] = n->iparam[i] ? 1 : m->shape[i];
+    for (int i = 0; i < m->ndim; i++) keep[i] = st->reduced[i] ? 1 : m->shape[i];
     mpr_tensor_t *g = gout[0];
-    if (n->dparam[0] != 1.0) g = mpr_mul_scalar(g, n->dparam[0]);
+    if (st->scale != 1.0) g = mpr_mul_scalar(g, st->scale);
     gin[0] = mpr_expand(mpr_reshape(g, m->ndim, keep), m->ndim, m->shape);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
-static const mpri_op_def_t sum_def = {"sum", sum_backward, NULL};
-static const mpri_op_def_t mean_def = {"mean", sum_backward, NULL};
+static const mpri_op_def_t sum_def = {.name = "sum", .backward = sum_backward, MPRI_OP_STATE(mpri_ctx_sum_t)};
+static const mpri_op_def_t mean_def = {.name = "mean", .backward = sum_backward, MPRI_OP_STATE(mpri_ctx_sum_t)};
 
 static mpr_tensor_t *sum_impl(const mpri_op_def_t *def, mpr_tensor_t *a, const bool *mask, bool keepdim,
                               bool mean) {
@@ -75,8 +80,9 @@ static mpr_tensor_t *sum_impl(const mpri_op_def_t *def, mpr_tensor_t *a, const b
     }
     mpri_node_t *n = mpri_record(def, 1, &a, out);
     if (n) {
-        for (int i = 0; i < a->ndim; i++) n->iparam[i] = mask[i];
-        n->dparam[0] = scale;
+        mpri_ctx_sum_t *st = MPRI_NODE_STATE(n, mpri_ctx_sum_t);
+        for (int i = 0; i < a->ndim; i++) st->reduced[i] = mask[i];
+        st->scale = scale;
     }
     return mpri_result(out);
 }
@@ -108,10 +114,14 @@ mpr_tensor_t *mpr_mean(mpr_tensor_t *a) {
 
 /* ---- max over all elements: gradient split evenly between the maxima ---- */
 
+typedef struct mpri_ctx_max {
+    double best; /* the maximum found by forward */
+} mpri_ctx_max_t;
+
 static mpr_err_t max_all_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *x = mpri_node_saved(n, 0);
     if (!x) return mpr_last_error_code();
-    double g, best = n->dparam[0];
+    double g, best = MPRI_NODE_STATE(n, mpri_ctx_max_t)->best;
     if (mpr_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
     mpr_tensor_t *z = mpr_zeros(x->dtype, x->ndim, x->shape);
     if (!z) return mpr_last_error_code();
@@ -128,7 +138,7 @@ static mpr_err_t max_all_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
     gin[0] = z;
     return MPR_OK;
 }
-static const mpri_op_def_t max_def = {"max", max_all_backward, NULL};
+static const mpri_op_def_t max_def = {.name = "max", .backward = max_all_backward, MPRI_OP_STATE(mpri_ctx_max_t)};
 
 mpr_tensor_t *mpr_max(mpr_tensor_t *a) {
     if (!a) return NULL;
@@ -145,14 +155,17 @@ mpr_tensor_t *mpr_max(mpr_tensor_t *a) {
     mpri_node_t *n = mpri_record(&max_def, 1, &a, out);
     if (n) {
         mpri_node_save(n, x);
-        mpr_item(out, &n->dparam[0]);
+        mpr_item(out, &MPRI_NODE_STATE(n, mpri_ctx_max_t)->best);
     }
     mpr_tensor_release(x);
     return mpri_result(out);
 }
 
 /* ---- max along a dim: gradient to the argmax ---- */
-/* iparam: [0] outer, [1] n, [2] inner. saved 0: indices [outer*inner] int64. */
+/* saved 0: indices [outer*inner] int64. */
+typedef struct mpri_ctx_max_dim {
+    int64_t outer, n, inner; /* the input seen as [outer, n, inner] around the dim */
+} mpri_ctx_max_dim_t;
 
 static mpr_err_t max_dim_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *idx = mpri_node_saved(n, 0);
@@ -163,13 +176,13 @@ static mpr_err_t max_dim_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
     mpr_tensor_t *g = mpri_result(mpri_contiguous_raw(gout[0]));
     mpr_tensor_t *z = mpri_full_on(m->device, m->dtype, m->ndim, m->shape, 0.0);
     if (!g || !z) return mpr_last_error_code();
-    mpr_err_t rc = MPRI_BK(B, max_dim_backward, m->device, m->dtype, n->iparam[0], n->iparam[1], n->iparam[2],
-                           mpr_tensor_data(g), mpr_tensor_data(idx), mpr_tensor_data(z));
+    const mpri_ctx_max_dim_t *st = MPRI_NODE_STATE(n, mpri_ctx_max_dim_t);
+    mpr_err_t rc = MPRI_BK(B, max_dim_backward, m->device, m->dtype, st->outer, st->n, st->inner, mpr_tensor_data(g), mpr_tensor_data(idx), mpr_tensor_data(z));
     if (rc != MPR_OK) return rc;
     gin[0] = z;
     return MPR_OK;
 }
-static const mpri_op_def_t max_dim_def = {"max_dim", max_dim_backward, NULL};
+static const mpri_op_def_t max_dim_def = {.name = "max_dim", .backward = max_dim_backward, MPRI_OP_STATE(mpri_ctx_max_dim_t)};
 
 static mpr_tensor_t *max_dim_impl(mpr_tensor_t *a, int dim, bool keepdim, mpr_tensor_t **indices_out,
                                   bool want_values, const char *op) {
@@ -215,9 +228,7 @@ static mpr_tensor_t *max_dim_impl(mpr_tensor_t *a, int dim, bool keepdim, mpr_te
     }
     mpri_node_t *n = mpri_record(&max_dim_def, 1, &a, vals);
     if (n) {
-        n->iparam[0] = outer;
-        n->iparam[1] = nd;
-        n->iparam[2] = inner;
+        *MPRI_NODE_STATE(n, mpri_ctx_max_dim_t) = (mpri_ctx_max_dim_t){.outer = outer, .n = nd, .inner = inner};
         mpri_node_save(n, idx);
     }
     if (indices_out)

@@ -23,10 +23,10 @@ static mpr_err_t reshape_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
     gin[0] = mpr_reshape(gout[0], n->in_meta[0].ndim, n->in_meta[0].shape);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
-static const mpri_op_def_t reshape_def = {"reshape", reshape_backward, NULL};
-static const mpri_op_def_t view_def = {"view", reshape_backward, NULL};
-static const mpri_op_def_t squeeze_def = {"squeeze", reshape_backward, NULL};
-static const mpri_op_def_t unsqueeze_def = {"unsqueeze", reshape_backward, NULL};
+static const mpri_op_def_t reshape_def = {.name = "reshape", .backward = reshape_backward};
+static const mpri_op_def_t view_def = {.name = "view", .backward = reshape_backward};
+static const mpri_op_def_t squeeze_def = {.name = "squeeze", .backward = reshape_backward};
+static const mpri_op_def_t unsqueeze_def = {.name = "unsqueeze", .backward = reshape_backward};
 
 /* Strides for viewing `t` as `shape`, or false (PyTorch's computeStride). */
 static bool view_strides(const mpr_tensor_t *t, int ndim, const int64_t *shape, int64_t *out) {
@@ -203,14 +203,19 @@ mpr_tensor_t *mpr_squeeze_all(mpr_tensor_t *t) {
 
 /* ---- permute / transpose: backward applies the inverse permutation ---- */
 
+typedef struct mpri_ctx_permute {
+    int8_t perm[MPR_MAX_DIMS]; /* output dim i is input dim perm[i] */
+} mpri_ctx_permute_t;
+
 static mpr_err_t permute_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    const mpri_ctx_permute_t *st = MPRI_NODE_STATE(n, mpri_ctx_permute_t);
     int nd = n->in_meta[0].ndim, inv[MPR_MAX_DIMS];
-    for (int i = 0; i < nd; i++) inv[n->iparam[i]] = i;
+    for (int i = 0; i < nd; i++) inv[st->perm[i]] = i;
     gin[0] = mpr_permute(gout[0], nd, inv);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
-static const mpri_op_def_t permute_def = {"permute", permute_backward, NULL};
-static const mpri_op_def_t transpose_def = {"transpose", permute_backward, NULL};
+static const mpri_op_def_t permute_def = {.name = "permute", .backward = permute_backward, MPRI_OP_STATE(mpri_ctx_permute_t)};
+static const mpri_op_def_t transpose_def = {.name = "transpose", .backward = permute_backward, MPRI_OP_STATE(mpri_ctx_permute_t)};
 
 static mpr_tensor_t *permute_impl(const mpri_op_def_t *def, mpr_tensor_t *t, const int *perm) {
     int64_t sh[MPR_MAX_DIMS], st[MPR_MAX_DIMS];
@@ -222,7 +227,7 @@ static mpr_tensor_t *permute_impl(const mpri_op_def_t *def, mpr_tensor_t *t, con
     if (!out) return NULL;
     mpri_node_t *n = mpri_record(def, 1, &t, out);
     if (n)
-        for (int i = 0; i < t->ndim; i++) n->iparam[i] = perm[i];
+        for (int i = 0; i < t->ndim; i++) MPRI_NODE_STATE(n, mpri_ctx_permute_t)->perm[i] = (int8_t)perm[i];
     return mpri_result(out);
 }
 
@@ -262,24 +267,30 @@ mpr_tensor_t *mpr_transpose(mpr_tensor_t *t, int dim0, int dim1) {
 }
 
 /* ---- slices: backward scatters the gradient into zeros of the input shape ---- */
-/* iparam: [0] dim, [1] start, [2] step, [3] 1 if the dim was removed (select). */
+
+typedef struct mpri_ctx_slice {
+    int dim;         /* sliced dim of the input */
+    bool removed;    /* select: the dim is gone from the output */
+    int64_t start, step;
+} mpri_ctx_slice_t;
 
 static mpr_err_t slice_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     const mpri_tensor_meta_t *m = &n->in_meta[0];
     const mpri_backend_t *B = mpri_backend_of(n->def->name, 1, gout);
     mpr_tensor_t *z = B ? mpri_full_on(gout[0]->storage->device, m->dtype, m->ndim, m->shape, 0.0) : NULL;
     if (!z) return mpr_last_error_code();
-    int dim = (int)n->iparam[0];
+    const mpri_ctx_slice_t *sl = MPRI_NODE_STATE(n, mpri_ctx_slice_t);
+    int dim = sl->dim;
     int64_t sh[MPR_MAX_DIMS], st[MPR_MAX_DIMS];
     memcpy(sh, z->shape, sizeof sh);
     memcpy(st, z->strides, sizeof st);
-    int64_t off = n->iparam[1] * z->strides[dim];
-    sh[dim] = n->iparam[3] ? 1 : gout[0]->shape[dim];
-    st[dim] *= n->iparam[2];
+    int64_t off = sl->start * z->strides[dim];
+    sh[dim] = sl->removed ? 1 : gout[0]->shape[dim];
+    st[dim] *= sl->step;
     /* Region of z that the forward slice read; gout fills it (select: plus a size-1 dim). */
     int64_t gst[MPR_MAX_DIMS];
     const mpr_tensor_t *g = gout[0];
-    for (int i = 0, j = 0; i < m->ndim; i++) gst[i] = (n->iparam[3] && i == dim) ? 0 : g->strides[j++];
+    for (int i = 0, j = 0; i < m->ndim; i++) gst[i] = (sl->removed && i == dim) ? 0 : g->strides[j++];
     mpr_err_t rc = MPRI_BK(B, copy, g->storage->device, m->ndim, sh, m->dtype,
                            (char *)mpr_tensor_data(z) + off * (int64_t)mpr_dtype_size(m->dtype), st, g->dtype,
                            mpr_tensor_data(g), gst);
@@ -287,9 +298,9 @@ static mpr_err_t slice_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     gin[0] = z;
     return MPR_OK;
 }
-static const mpri_op_def_t narrow_def = {"narrow", slice_backward, NULL};
-static const mpri_op_def_t slice_def = {"slice", slice_backward, NULL};
-static const mpri_op_def_t select_def = {"select", slice_backward, NULL};
+static const mpri_op_def_t narrow_def = {.name = "narrow", .backward = slice_backward, MPRI_OP_STATE(mpri_ctx_slice_t)};
+static const mpri_op_def_t slice_def = {.name = "slice", .backward = slice_backward, MPRI_OP_STATE(mpri_ctx_slice_t)};
+static const mpri_op_def_t select_def = {.name = "select", .backward = slice_backward, MPRI_OP_STATE(mpri_ctx_slice_t)};
 
 static mpr_tensor_t *slice_impl(const mpri_op_def_t *def, mpr_tensor_t *t, int d, int64_t start,
                                 int64_t len, int64_t step, bool remove) {
@@ -309,12 +320,9 @@ static mpr_tensor_t *slice_impl(const mpri_op_def_t *def, mpr_tensor_t *t, int d
     mpr_tensor_t *out = make_view(t, n, sh, st, t->offset + start * t->strides[d]);
     if (!out) return NULL;
     mpri_node_t *node = mpri_record(def, 1, &t, out);
-    if (node) {
-        node->iparam[0] = d;
-        node->iparam[1] = start;
-        node->iparam[2] = step;
-        node->iparam[3] = remove;
-    }
+    if (node)
+        *MPRI_NODE_STATE(node, mpri_ctx_slice_t) =
+            (mpri_ctx_slice_t){.dim = d, .removed = remove, .start = start, .step = step};
     return mpri_result(out);
 }
 
@@ -383,7 +391,7 @@ static mpr_err_t expand_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     gin[0] = mpri_sum_to_shape(gout[0], n->in_meta[0].ndim, n->in_meta[0].shape);
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
-static const mpri_op_def_t expand_def = {"expand", expand_backward, NULL};
+static const mpri_op_def_t expand_def = {.name = "expand", .backward = expand_backward};
 
 mpr_tensor_t *mpr_expand(mpr_tensor_t *t, int ndim, const int64_t *shape) {
     if (!t) return NULL;
@@ -428,7 +436,7 @@ static mpr_err_t contiguous_backward(mpri_node_t *n, mpr_tensor_t *const *gout, 
     gin[0] = gout[0];
     return MPR_OK;
 }
-static const mpri_op_def_t contiguous_def = {"contiguous", contiguous_backward, NULL};
+static const mpri_op_def_t contiguous_def = {.name = "contiguous", .backward = contiguous_backward};
 
 mpr_tensor_t *mpr_contiguous(mpr_tensor_t *t) {
     if (!t) return NULL;

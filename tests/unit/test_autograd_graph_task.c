@@ -105,7 +105,7 @@ static mpr_err_t recv_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_te
     sent_grad = mpr_tensor_retain(gout[0]);
     return MPR_OK;
 }
-static const mpri_op_def_t recv_def = {"recv", recv_backward, NULL};
+static const mpri_op_def_t recv_def = {.name = "recv", .backward = recv_backward};
 
 static void test_custom_node(void **state) {
     mpr_tensor_t *t = mpr_from_buffer(MPR_F64, MPR_SHAPE(2), (double[]){1, 2});
@@ -129,7 +129,7 @@ static mpr_err_t send_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_te
     for (int i = 0; i < n->n_next; i++) gin[i] = gout[i];
     return MPR_OK;
 }
-static const mpri_op_def_t send_def = {"send", send_backward, NULL};
+static const mpri_op_def_t send_def = {.name = "send", .backward = send_backward};
 
 static void test_send_function(void **state) {
     mpr_tensor_t *w = mpr_from_buffer(MPR_F64, MPR_SHAPE(2), (double[]){1, 2});
@@ -166,11 +166,63 @@ static void test_send_function(void **state) {
     mpr_tensor_release(w);
 }
 
+/* What a driver of a task can get wrong is a returned error that leaves the
+ * task usable: feeding a node that is in the subgraph but is not a root (its
+ * dependency count would lose an edge), or feeding a root twice. A node whose
+ * backward fails fails the task: it refuses to run or take roots again. */
+static mpr_err_t failing_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    return mpr_error_set(MPR_ERR_REMOTE, "peer gone");
+}
+static const mpri_op_def_t failing_def = {.name = "failing_send", .backward = failing_backward};
+
+static void test_refused_feeds_and_failed_task(void **state) {
+    mpr_tensor_t *x = mpr_from_buffer(MPR_F64, MPR_SHAPE(2), (double[]){1, 2});
+    mpr_set_requires_grad(x, true);
+    mpr_scope_begin();
+    mpr_tensor_t *a = mpr_mul_scalar(x, 3.0), *r = mpr_exp(a);
+    mpri_graph_task_t *task = mpri_graph_task_create(NULL);
+    mpri_edge_t root = mpri_tensor_edge(r), inner = mpri_tensor_edge(a);
+    assert_int_equal(mpri_graph_task_add_roots(task, 1, &root), MPR_OK);
+    mpr_tensor_t *g = mpr_ones(MPR_F64, MPR_SHAPE(2));
+    /* a's node is in the subgraph (1 dependency: exp's edge) but no root */
+    assert_int_equal(mpri_graph_task_dependencies(task, inner.node), 1);
+    assert_int_equal(mpri_graph_task_run(task, 1, &inner, &g), MPR_ERR_STATE);
+    assert_non_null(strstr(mpr_last_error(), "not an outstanding root"));
+    assert_int_equal(mpri_graph_task_dependencies(task, inner.node), 1); /* untouched */
+    assert_null(mpr_tensor_grad(x));
+    /* the task still works: d/dx sum(exp(3x)) = 3 exp(3x) */
+    assert_int_equal(mpri_graph_task_run(task, 1, &root, &g), MPR_OK);
+    assert_near(at(mpr_tensor_grad(x), 0), 3.0 * exp(3.0), 1e-9);
+    /* the root was fed once already */
+    assert_int_equal(mpri_graph_task_run(task, 1, &root, &g), MPR_ERR_STATE);
+    mpri_graph_task_destroy(task);
+
+    /* a failing node fails the task */
+    mpri_node_t *send = mpri_node_create(&failing_def, 1, 1);
+    mpri_node_set_next(send, 0, mpri_tensor_edge(x));
+    mpri_node_set_input_meta(send, 0, x);
+    mpri_node_set_output_meta(send, 0, x);
+    mpri_edge_t e[2] = {{send, 0}, {send, 0}};
+    mpri_graph_task_t *t2 = mpri_graph_task_create(NULL);
+    assert_int_equal(mpri_graph_task_add_roots(t2, 2, e), MPR_OK); /* two root edges */
+    assert_int_equal(mpri_graph_task_dependencies(t2, send), 2);
+    mpr_tensor_t *feed[2] = {g, g};
+    assert_int_equal(mpri_graph_task_run(t2, 2, e, feed), MPR_ERR_REMOTE);
+    assert_int_equal(mpri_graph_task_run(t2, 0, NULL, NULL), MPR_ERR_STATE);
+    assert_non_null(strstr(mpr_last_error(), "failed earlier"));
+    assert_int_equal(mpri_graph_task_add_roots(t2, 1, e), MPR_ERR_STATE);
+    mpri_graph_task_destroy(t2);
+    mpri_node_release(send);
+    mpr_scope_end();
+    mpr_tensor_release(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_roots_resume_and_sink),
         cmocka_unit_test(test_custom_node),
         cmocka_unit_test(test_send_function),
+        cmocka_unit_test(test_refused_feeds_and_failed_task),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
