@@ -63,12 +63,12 @@ mpr_module_t *mpr_embedding_create(int64_t num_embeddings, int64_t embedding_dim
     return m;
 }
 
-/* ----------------------------------------------------------------- Conv2d
- * icfg: [0] stride, [1] padding. */
+/* ----------------------------------------------------------------- Conv2d */
 
 static mpr_tensor_t *conv2d_forward(mpr_module_t *m, mpr_tensor_t *x) {
     return mpr_conv2d(x, mpri_module_param(m, 0), m->n_params > 1 ? mpri_module_param(m, 1) : NULL,
-                      m->icfg[0], m->icfg[0], m->icfg[1], m->icfg[1]);
+                      m->cfg.conv2d.stride, m->cfg.conv2d.stride, m->cfg.conv2d.padding,
+                      m->cfg.conv2d.padding);
 }
 static const mpri_module_vtable_t conv2d_vt = {"Conv2d", conv2d_forward, NULL};
 
@@ -86,8 +86,8 @@ mpr_module_t *mpr_conv2d_create(int64_t in_channels, int64_t out_channels, int64
     }
     mpr_module_t *m = mpri_module_new(&conv2d_vt);
     if (!m) return NULL;
-    m->icfg[0] = stride;
-    m->icfg[1] = padding;
+    m->cfg.conv2d.stride = stride;
+    m->cfg.conv2d.padding = padding;
     double bound = 1.0 / sqrt((double)(in_channels * kh * kw));
     if (!mpri_module_add_param(m, "weight", dtype, 4,
                                (int64_t[]){out_channels, in_channels, kh, kw}, bound, false, gen) ||
@@ -102,7 +102,7 @@ mpr_module_t *mpr_conv2d_create(int64_t in_channels, int64_t out_channels, int64
 /* ---------------------------------------------------------------- Dropout */
 
 static mpr_tensor_t *dropout_forward(mpr_module_t *m, mpr_tensor_t *x) {
-    return mpr_dropout(x, m->dcfg[0], m->training, m->gen);
+    return mpr_dropout(x, m->cfg.dropout.p, m->training, m->gen);
 }
 static const mpri_module_vtable_t dropout_vt = {"Dropout", dropout_forward, NULL};
 
@@ -113,7 +113,7 @@ mpr_module_t *mpr_dropout_create(double p, mpr_generator_t *gen) {
     }
     mpr_module_t *m = mpri_module_new(&dropout_vt);
     if (!m) return NULL;
-    m->dcfg[0] = p;
+    m->cfg.dropout.p = p;
     m->gen = gen;
     return m;
 }
@@ -121,7 +121,8 @@ mpr_module_t *mpr_dropout_create(double p, mpr_generator_t *gen) {
 /* -------------------------------------------------------------- MaxPool2d */
 
 static mpr_tensor_t *max_pool2d_forward(mpr_module_t *m, mpr_tensor_t *x) {
-    return mpr_max_pool2d(x, m->icfg[0], m->icfg[0], m->icfg[1], m->icfg[1], 0, 0);
+    return mpr_max_pool2d(x, m->cfg.max_pool2d.kernel, m->cfg.max_pool2d.kernel, m->cfg.max_pool2d.stride,
+                          m->cfg.max_pool2d.stride, 0, 0);
 }
 static const mpri_module_vtable_t max_pool2d_vt = {"MaxPool2d", max_pool2d_forward, NULL};
 
@@ -133,8 +134,8 @@ mpr_module_t *mpr_max_pool2d_create(int64_t kernel, int64_t stride) {
     }
     mpr_module_t *m = mpri_module_new(&max_pool2d_vt);
     if (!m) return NULL;
-    m->icfg[0] = kernel;
-    m->icfg[1] = stride ? stride : kernel;
+    m->cfg.max_pool2d.kernel = kernel;
+    m->cfg.max_pool2d.stride = stride ? stride : kernel;
     return m;
 }
 
@@ -143,10 +144,10 @@ mpr_module_t *mpr_max_pool2d_create(int64_t kernel, int64_t stride) {
 static mpr_tensor_t *relu_forward(mpr_module_t *m, mpr_tensor_t *x) { return mpr_relu(x); }
 static mpr_tensor_t *tanh_forward(mpr_module_t *m, mpr_tensor_t *x) { return mpr_tanh(x); }
 static mpr_tensor_t *flatten_forward(mpr_module_t *m, mpr_tensor_t *x) {
-    return mpr_flatten(x, (int)m->icfg[0], (int)m->icfg[1]);
+    return mpr_flatten(x, m->cfg.flatten.start_dim, m->cfg.flatten.end_dim);
 }
 static mpr_tensor_t *log_softmax_forward(mpr_module_t *m, mpr_tensor_t *x) {
-    return mpr_log_softmax(x, (int)m->icfg[0]);
+    return mpr_log_softmax(x, m->cfg.log_softmax.dim);
 }
 static const mpri_module_vtable_t relu_vt = {"ReLU", relu_forward, NULL};
 static const mpri_module_vtable_t tanh_vt = {"Tanh", tanh_forward, NULL};
@@ -159,14 +160,14 @@ mpr_module_t *mpr_tanh_create(void) { return mpri_module_new(&tanh_vt); }
 mpr_module_t *mpr_flatten_create(int start_dim, int end_dim) {
     mpr_module_t *m = mpri_module_new(&flatten_vt);
     if (m) {
-        m->icfg[0] = start_dim;
-        m->icfg[1] = end_dim;
+        m->cfg.flatten.start_dim = start_dim;
+        m->cfg.flatten.end_dim = end_dim;
     }
     return m;
 }
 
 mpr_module_t *mpr_log_softmax_create(int dim) {
     mpr_module_t *m = mpri_module_new(&log_softmax_vt);
-    if (m) m->icfg[0] = dim;
+    if (m) m->cfg.log_softmax.dim = dim;
     return m;
 }

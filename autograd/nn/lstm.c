@@ -10,8 +10,8 @@
  * one node). Everything runs inside a private scope; only the requested
  * results (output, h_n, c_n) escape it.
  *
- * Invariants: icfg = {input_size, hidden_size, num_layers}, dcfg[0] = dropout
- * between layers, bcfg = {bias, batch_first}; parameters are registered layer
+ * Invariants: the settings are in m->cfg.lstm (sizes, dropout between
+ * layers, bias, batch_first); parameters are registered layer
  * by layer in PyTorch's order, 4 (or 2 without bias) per layer. */
 #include <math.h>
 #include <stdio.h>
@@ -40,12 +40,12 @@ mpr_module_t *mpr_lstm_create(int64_t input_size, int64_t hidden_size, int num_l
     }
     mpr_module_t *m = mpri_module_new(&lstm_vt);
     if (!m) return NULL;
-    m->icfg[0] = input_size;
-    m->icfg[1] = hidden_size;
-    m->icfg[2] = num_layers;
-    m->dcfg[0] = dropout;
-    m->bcfg[0] = bias;
-    m->bcfg[1] = batch_first;
+    m->cfg.lstm.input_size = input_size;
+    m->cfg.lstm.hidden_size = hidden_size;
+    m->cfg.lstm.num_layers = num_layers;
+    m->cfg.lstm.dropout = dropout;
+    m->cfg.lstm.bias = bias;
+    m->cfg.lstm.batch_first = batch_first;
     m->gen = gen;
     double bound = 1.0 / sqrt((double)hidden_size);
     int64_t H4 = 4 * hidden_size;
@@ -87,11 +87,11 @@ static mpr_err_t check_state(const char *what, const mpr_tensor_t *s, const mpr_
  * final state in *h, *c (all scope-owned). */
 static mpr_tensor_t *run_layer(mpr_module_t *m, int l, mpr_tensor_t *xs, mpr_tensor_t **h,
                                mpr_tensor_t **c, mpr_tensor_t **hs, mpr_tensor_t **steps) {
-    int per = m->bcfg[0] ? 4 : 2;
+    int per = m->cfg.lstm.bias ? 4 : 2;
     mpr_tensor_t *w_ih = mpri_module_param(m, l * per), *w_hh = mpri_module_param(m, l * per + 1);
-    mpr_tensor_t *b_ih = m->bcfg[0] ? mpri_module_param(m, l * per + 2) : NULL;
-    mpr_tensor_t *b_hh = m->bcfg[0] ? mpri_module_param(m, l * per + 3) : NULL;
-    int64_t T = xs->shape[0], H = m->icfg[1];
+    mpr_tensor_t *b_ih = m->cfg.lstm.bias ? mpri_module_param(m, l * per + 2) : NULL;
+    mpr_tensor_t *b_hh = m->cfg.lstm.bias ? mpri_module_param(m, l * per + 3) : NULL;
+    int64_t T = xs->shape[0], H = m->cfg.lstm.hidden_size;
     /* input projection of every step at once, both biases folded in:
      * [T*B, in] -> [T, B, 4H] */
     mpr_tensor_t *xw = mpr_linear(mpr_reshape(xs, 2, (int64_t[]){-1, xs->shape[2]}), w_ih, b_ih);
@@ -119,7 +119,7 @@ mpr_err_t mpr_lstm_forward(mpr_module_t *lstm, mpr_tensor_t *x, mpr_tensor_t *h0
     if (!x) return mpr_last_error_code() != MPR_OK ? mpr_last_error_code()
                                                    : mpr_error_set(MPR_ERR_INVALID_ARG,
                                                                    "LSTM: input is NULL");
-    int64_t L = lstm->icfg[2], H = lstm->icfg[1], IN = lstm->icfg[0];
+    int64_t L = lstm->cfg.lstm.num_layers, H = lstm->cfg.lstm.hidden_size, IN = lstm->cfg.lstm.input_size;
     mpr_tensor_t *w0 = mpri_module_param(lstm, 0);
     char b[96];
     if (x->dtype != w0->dtype)
@@ -127,9 +127,9 @@ mpr_err_t mpr_lstm_forward(mpr_module_t *lstm, mpr_tensor_t *x, mpr_tensor_t *h0
                              mpr_dtype_name(x->dtype), mpr_dtype_name(w0->dtype));
     if (x->ndim != 3 || x->shape[2] != IN)
         return mpr_error_set(MPR_ERR_SHAPE, "LSTM: expected input [%s, %lld], got %s",
-                             lstm->bcfg[1] ? "B, T" : "T, B", (long long)IN,
+                             lstm->cfg.lstm.batch_first ? "B, T" : "T, B", (long long)IN,
                              mpr_shape_str(x->ndim, x->shape, b, sizeof b));
-    bool bf = lstm->bcfg[1];
+    bool bf = lstm->cfg.lstm.batch_first;
     int64_t T = bf ? x->shape[1] : x->shape[0], B = bf ? x->shape[0] : x->shape[1];
     if ((h0 == NULL) != (c0 == NULL))
         return mpr_error_set(MPR_ERR_INVALID_ARG, "LSTM: give both h0 and c0 or neither");
@@ -153,8 +153,8 @@ mpr_err_t mpr_lstm_forward(mpr_module_t *lstm, mpr_tensor_t *x, mpr_tensor_t *h0
         layer = run_layer(lstm, l, layer, &h, &c, hs, steps);
         hN[l] = h;
         cN[l] = c;
-        if (layer && l < L - 1 && lstm->dcfg[0] > 0)
-            layer = mpr_dropout(layer, lstm->dcfg[0], lstm->training, lstm->gen);
+        if (layer && l < L - 1 && lstm->cfg.lstm.dropout > 0)
+            layer = mpr_dropout(layer, lstm->cfg.lstm.dropout, lstm->training, lstm->gen);
     }
     mpr_tensor_t *o = layer && bf ? mpr_contiguous(mpr_transpose(layer, 0, 1)) : layer;
     mpr_tensor_t *hh = o && hn ? mpr_stack(hN, (int)L, 0) : NULL;

@@ -4,8 +4,9 @@
  * module has: a training flag, its own named parameters (owned references to
  * leaf tensors with requires_grad), named children (owned), a weak parent
  * pointer, and a lazily built flat list of (dotted name, parameter) in
- * named_parameters() order. Layer-specific settings live in the small
- * `cfg` fields. Adding a parameter or child invalidates the flat list of the
+ * named_parameters() order. Layer-specific settings live in `cfg`, a union
+ * with one named struct per layer kind (only the member of the module's own
+ * kind is meaningful). Adding a parameter or child invalidates the flat list of the
  * module and of all its ancestors. */
 #ifndef MPRI_NN_H
 #define MPRI_NN_H
@@ -41,10 +42,19 @@ struct mpr_module {
     bool flat_valid;
     int n_flat;
     mpri_named_tensor_t *flat;
-    /* layer settings */
-    int64_t icfg[8];
-    double dcfg[2];
-    bool bcfg[2];
+    /* layer settings: the member named after the module's kind */
+    union {
+        struct { int64_t stride, padding; } conv2d;
+        struct { double p; } dropout;
+        struct { int64_t kernel, stride; } max_pool2d;
+        struct { int start_dim, end_dim; } flatten;
+        struct { int dim; } log_softmax;
+        struct {
+            int64_t input_size, hidden_size, num_layers;
+            double dropout; /* between layers, training only */
+            bool bias, batch_first;
+        } lstm;
+    } cfg;
     mpr_generator_t *gen; /* borrowed (Dropout, LSTM dropout) */
     /* custom modules (mpr_module_create) */
     char *custom_kind;
