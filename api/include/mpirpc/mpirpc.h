@@ -2,10 +2,12 @@
 #ifndef MPIRPC_MPIRPC_H
 #define MPIRPC_MPIRPC_H
 
+#include "mpirpc/call_format.h"
 #include "mpirpc/error.h"
 #include "mpirpc/future.h"
 #include "mpirpc/init.h"
 #include "mpirpc/rpc.h"
+#include "mpirpc/rpc_helpers.h"
 #include "mpirpc/rref.h"
 #include "mpirpc/value.h"
 

@@ -1,0 +1,136 @@
+/* rpc_helpers.c — mpirpc/rpc_helpers.h: calls taking ownership of their
+ * arguments, calls with format-string arguments, fire-and-forget calls.
+ *
+ * Invariants: every function here releases the argument list it owns (given
+ * or built) exactly once, on every path; a one-way call either returns its
+ * error to the caller (the future was already failed when mpr_rpc_async
+ * returned) or has a completion callback that counts and prints a failure —
+ * there is no third path. */
+#include "mpirpc/rpc_helpers.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_future.h"
+
+static atomic_uint_fast64_t oneway_failures;
+
+uint64_t mpr_oneway_failure_count(void) { return (uint64_t)atomic_load(&oneway_failures); }
+
+static mpr_err_t null_args(const char *who) {
+    mpr_err_t prev = mpr_last_error_code();
+    if (prev != MPR_OK) {
+        char why[256]; /* mpr_error_set must not read the buffer it writes */
+        snprintf(why, sizeof why, "%s", mpr_last_error());
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: args is NULL (building them failed? last error: %s: %s)",
+                             who, mpr_error_name(prev), why);
+    }
+    return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: args is NULL (for no arguments pass an empty list)", who);
+}
+
+static mpr_future_t *failed_future(mpr_err_t code) {
+    mpr_future_t *f = mpr_future_create();
+    if (f) mpr_future_set_error(f, code, mpr_last_error());
+    return f;
+}
+
+mpr_future_t *mpr_rpc_async_take(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s) {
+    if (!args) return failed_future(null_args("mpr_rpc_async_take"));
+    mpr_future_t *f = mpr_rpc_async(to, fn, args, timeout_s); /* the message holds what it needs */
+    mpr_value_release(args);
+    return f;
+}
+
+mpr_err_t mpr_rpc_sync_take(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s,
+                            mpr_value_t **result) {
+    if (result) *result = NULL;
+    if (!args) return null_args("mpr_rpc_sync_take");
+    mpr_err_t e = mpr_rpc_sync(to, fn, args, timeout_s, result);
+    mpr_value_release(args);
+    return e;
+}
+
+mpr_err_t mpr_call_sync(mpr_dest_t to, const char *fn, double timeout_s, mpr_value_t **result, const char *fmt,
+                        ...) {
+    if (result) *result = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    va_end(ap);
+    if (!args) return mpr_last_error_code();
+    mpr_value_t *r = NULL;
+    mpr_err_t e = mpr_rpc_sync(to, fn, args, timeout_s, &r);
+    mpr_value_release(args);
+    if (result)
+        *result = r;
+    else
+        mpr_value_release(r);
+    return e;
+}
+
+mpr_future_t *mpr_call_async(mpr_dest_t to, const char *fn, double timeout_s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    va_end(ap);
+    if (!args) return failed_future(mpr_last_error_code());
+    return mpr_rpc_async_take(to, fn, args, timeout_s);
+}
+
+/* ---- one-way calls ---- */
+
+typedef struct oneway {
+    int rank;
+    char fn[64];
+} oneway_t;
+
+static void oneway_done(mpr_future_t *f, void *arg) {
+    oneway_t *ow = arg;
+    mpr_err_t e = mpr_future_error(f);
+    if (e != MPR_OK) {
+        atomic_fetch_add(&oneway_failures, 1);
+        fprintf(stderr, "mpirpc: one-way call '%s' to rank %d failed: %s: %s\n", ow->fn, ow->rank,
+                mpr_error_name(e), mpr_future_error_message(f));
+    }
+    free(ow);
+}
+
+mpr_err_t mpr_rpc_oneway_take(mpr_dest_t to, const char *fn, mpr_value_t *args) {
+    if (!args) return null_args("mpr_rpc_oneway_take");
+    oneway_t *ow = calloc(1, sizeof *ow);
+    mpr_err_t e = ow ? mpr_dest_rank(to, &ow->rank) : mpr_error_set(MPR_ERR_NOMEM, "one-way call: out of memory");
+    if (e) {
+        free(ow);
+        mpr_value_release(args);
+        return e;
+    }
+    snprintf(ow->fn, sizeof ow->fn, "%s", fn ? fn : "(null)");
+    mpr_future_t *f = mpr_rpc_async_take(to, fn, args, MPR_TIMEOUT_DEFAULT);
+    if (!f) {
+        free(ow);
+        return mpr_last_error_code();
+    }
+    if (mpr_future_done(f) && (e = mpr_future_error(f)) != MPR_OK) {
+        /* Failed before leaving: the caller hears of it directly. */
+        mpr_error_set(e, "%s", mpr_future_error_message(f));
+        free(ow);
+    } else if (mpri_future_on_complete(f, oneway_done, ow) != MPR_OK) {
+        /* Out of memory for the watch: wait here rather than lose an error. */
+        free(ow);
+        e = mpr_future_wait(f, MPR_WAIT_FOREVER);
+        if (e == MPR_OK && (e = mpr_future_error(f)) != MPR_OK) mpr_error_set(e, "%s", mpr_future_error_message(f));
+    }
+    mpr_future_release(f);
+    return e;
+}
+
+mpr_err_t mpr_call_oneway(mpr_dest_t to, const char *fn, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    va_end(ap);
+    if (!args) return mpr_last_error_code();
+    return mpr_rpc_oneway_take(to, fn, args);
+}
