@@ -1,0 +1,20 @@
+# cmake -DREADME=<README.md> -DOUT=<file.c> -P extract_readme_tour.cmake
+# Writes the first ```c block after the README's "## A short tour" heading to OUT,
+# so the tour is compiled and run as a test (readme_tour.cmake) and cannot drift from the API.
+file(READ "${README}" text)
+string(FIND "${text}" "\n## A short tour" at)
+if(at LESS 0)
+  message(FATAL_ERROR "${README}: no '## A short tour' section")
+endif()
+string(SUBSTRING "${text}" ${at} -1 text)
+string(FIND "${text}" "\n```c\n" begin)
+if(begin LESS 0)
+  message(FATAL_ERROR "${README}: the tour has no ```c block")
+endif()
+math(EXPR begin "${begin} + 6")
+string(SUBSTRING "${text}" ${begin} -1 text)
+string(FIND "${text}" "\n```" end)
+math(EXPR end "${end} + 1")
+string(SUBSTRING "${text}" 0 ${end} code)
+file(WRITE "${OUT}.tmp" "/* Extracted from README.md's \"A short tour\" by tests/mpi/extract_readme_tour.cmake. */\n${code}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
