@@ -10,7 +10,7 @@
  *
  * The format language: one character per item; spaces are ignored; any
  * other character is an error (MPR_ERR_INVALID_ARG naming it and its
- * position), reported before any argument is read or any output written.
+ * position), found before any value is built or any output written.
  *
  *   char  value kind  pack reads (varargs)       unpack writes (pointers)
  *   n     none        nothing                     nothing (item must be none)
@@ -37,15 +37,15 @@
  * The rule for case: lowercase borrows (pack takes its own reference and the
  * caller keeps theirs; unpack hands out a pointer valid while `args` lives),
  * uppercase moves a reference across the call (pack steals the caller's, so
- * `mpr_value_pack("T", mpr_tensor_add(a, b))` leaks nothing; unpack gives a
+ * `mpr_value_pack("T", mpr_add(a, b))` leaks nothing; unpack gives a
  * new reference the caller releases). Stolen references are released on
  * every failure too, including a NULL stolen item; the one exception is a
  * format with an unknown character, after which the varargs cannot be read
  * (stolen items after that character leak: a bad format is a programming
  * error, reported as MPR_ERR_INVALID_ARG, never undefined behaviour as long
- * as the varargs before it match). Mind the widths: 'i'
- * reads an `int`, 'l' an `int64_t` (pass `(int64_t)x` for other types); a
- * wrong width is undefined behaviour, as with printf.
+ * as the varargs before it match). Mind the widths: 'i' reads an `int`, 'l'
+ * an `int64_t` (pass `(int64_t)x` for other types), 'd' a double (not an
+ * int literal); a wrong width is undefined behaviour, as with printf.
  *
  * Limits: brackets nest up to MPR_FORMAT_MAX_DEPTH levels and a format has
  * at most MPR_FORMAT_MAX_ITEMS items in all (MPR_ERR_INVALID_ARG beyond). */

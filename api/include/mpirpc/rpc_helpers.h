@@ -23,9 +23,11 @@
  * send the call and return without waiting; the callee runs it like any
  * other call and its result is dropped. A failure known before the call
  * leaves (bad format or destination, runtime not running, unencodable
- * arguments) is returned. A later failure (unknown function, handler error,
- * timeout after the default timeout of mpr_init_options_t, the runtime shut
- * down before the reply) is never lost: it is counted
+ * arguments) is returned, as is any failure already known when the call
+ * returns (possible for a call to this rank itself). A later failure
+ * (unknown function, handler error, timeout after the default timeout of
+ * mpr_init_options_t, the runtime shut down before the reply) is never
+ * lost: it is counted
  * (mpr_oneway_failure_count) and printed on stderr as
  * "mpirpc: one-way call 'fn' to rank N failed: MPR_ERR_...: detail".
  * The call stays outstanding until its (empty) reply arrives, so a graceful
