@@ -10,59 +10,72 @@
  * the other dims narrows the input first (views with their own backward). */
 #include "mpri_nn_ops.h"
 
-/* ------------------------------------------------- index_select / embedding
- * State: mpri_ctx_dim_t (the indexed axis of the input). saved[0] = flat index. */
+/* ------------------------------------- shared by index_select and gather
+ * Both read x as [outer, n, inner] around the indexed dim d and write
+ * [outer, k, inner]; index_select takes one index row for every outer/inner
+ * position (k = numel of the index), gather one index per output element
+ * (k = the index's extent at d). State: mpri_ctx_dim_t (d); saved[0] = the
+ * contiguous, range-checked index. */
 
-static mpr_err_t index_select_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
-                                       mpr_tensor_t **gin) {
+/* The CPU kernel of the op (gather or index_select), direction and dtype:
+ * forward src = x, dst = y; backward src = gy, dst = gx (accumulates). */
+static void index_kernel(bool gather, bool backward, mpr_dtype_t dt, const void *src, const int64_t *idx,
+                         void *dst, int64_t outer, int64_t n, int64_t k, int64_t inner) {
+#define INDEX_KERNEL(name) \
+    (dt == MPR_F32 ? name##_f32(src, idx, dst, outer, n, k, inner) : name##_f64(src, idx, dst, outer, n, k, inner))
+    if (gather && backward) INDEX_KERNEL(mpri_gather_bwd);
+    else if (gather) INDEX_KERNEL(mpri_gather_fwd);
+    else if (backward) INDEX_KERNEL(mpri_index_select_bwd);
+    else INDEX_KERNEL(mpri_index_select_fwd);
+#undef INDEX_KERNEL
+}
+
+static bool is_gather(const mpri_op_def_t *def);
+
+static mpr_err_t index_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *idx = mpri_node_saved(n, 0);
     if (!idx) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     const mpri_tensor_meta_t *m = &n->in_meta[0];
     int dim = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
+    bool gather = is_gather(n->def);
     int64_t outer, inner;
     mpri_nn_split_dims(m->ndim, m->shape, dim, &outer, &inner);
-    int64_t k = mpr_tensor_numel(idx);
+    int64_t n_at = m->ndim ? m->shape[dim] : 1;
+    int64_t k = gather ? (idx->ndim ? idx->shape[dim] : 1) : mpr_tensor_numel(idx);
     mpr_tensor_t *gx = mpr_zeros(m->dtype, m->ndim, m->shape); /* scope-owned */
     mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
     if (!gx || !gy) {
         mpr_tensor_release(gy);
         return mpr_last_error_code();
     }
-    if (m->dtype == MPR_F32)
-        mpri_index_select_bwd_f32(mpr_tensor_data(gy), mpr_tensor_data(idx), mpr_tensor_data(gx),
-                                  outer, m->shape[dim], k, inner);
-    else
-        mpri_index_select_bwd_f64(mpr_tensor_data(gy), mpr_tensor_data(idx), mpr_tensor_data(gx),
-                                  outer, m->shape[dim], k, inner);
+    index_kernel(gather, true, m->dtype, mpr_tensor_data(gy), mpr_tensor_data(idx), mpr_tensor_data(gx), outer,
+                 n_at, k, inner);
     mpr_tensor_release(gy);
     gin[0] = gx;
     return MPR_OK;
 }
 
-static const mpri_op_def_t index_select_def = {.name = "index_select", .backward = index_select_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
-static const mpri_op_def_t embedding_def = {.name = "embedding", .backward = index_select_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
+static const mpri_op_def_t index_select_def = {.name = "index_select", .backward = index_backward,
+                                               MPRI_OP_STATE(mpri_ctx_dim_t)};
+static const mpri_op_def_t embedding_def = {.name = "embedding", .backward = index_backward,
+                                            MPRI_OP_STATE(mpri_ctx_dim_t)};
+static const mpri_op_def_t gather_def = {.name = "gather", .backward = index_backward,
+                                         MPRI_OP_STATE(mpri_ctx_dim_t)};
 
-/* out shape: x's shape with dim replaced by the index's shape (index_select:
- * index 1-D; embedding: dim 0 of a 2-D table replaced by an index of any shape). */
-static mpr_tensor_t *index_common(const mpri_op_def_t *def, mpr_tensor_t *x, int d,
-                                  mpr_tensor_t *index) {
-    const char *op = def->name;
-    int64_t k = mpr_tensor_numel(index);
-    int ondim = x->ndim - 1 + index->ndim;
-    if (ondim > MPR_MAX_DIMS) {
-        mpr_error_set(MPR_ERR_SHAPE, "%s: result would have %d dims (max %d)", op, ondim,
-                      MPR_MAX_DIMS);
-        return NULL;
-    }
-    int64_t oshape[MPR_MAX_DIMS];
-    int j = 0;
-    for (int i = 0; i < d; i++) oshape[j++] = x->shape[i];
-    for (int i = 0; i < index->ndim; i++) oshape[j++] = index->shape[i];
-    for (int i = d + 1; i < x->ndim; i++) oshape[j++] = x->shape[i];
+static bool is_gather(const mpri_op_def_t *def) { return def == &gather_def; }
+
+/* The forward of def on x along d (checked by the caller) with `index`
+ * (checked int64 CPU): range check, kernel into a new [oshape] tensor, record. */
+static mpr_tensor_t *index_forward(const mpri_op_def_t *def, mpr_tensor_t *x, int d, mpr_tensor_t *index,
+                                   int ondim, const int64_t *oshape) {
+    bool gather = is_gather(def);
+    int64_t n_at = x->ndim ? x->shape[d] : 1;
+    int64_t k = gather ? (index->ndim ? index->shape[d] : 1) : mpr_tensor_numel(index);
     mpr_tensor_t *ic = mpr_tensor_contiguous(index);
     if (!ic) return NULL;
-    if (mpri_nn_check_range(op, "index", mpr_tensor_data(ic), k, x->shape[d], INT64_MIN) != MPR_OK) {
+    if (mpri_nn_check_range(def->name, "index", mpr_tensor_data(ic), mpr_tensor_numel(ic), n_at, INT64_MIN) !=
+        MPR_OK) {
         mpr_tensor_release(ic);
         return NULL;
     }
@@ -76,12 +89,8 @@ static mpr_tensor_t *index_common(const mpri_op_def_t *def, mpr_tensor_t *x, int
     }
     int64_t outer, inner;
     mpri_nn_split_dims(x->ndim, x->shape, d, &outer, &inner);
-    if (x->dtype == MPR_F32)
-        mpri_index_select_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(ic), mpr_tensor_data(y),
-                                  outer, x->shape[d], k, inner);
-    else
-        mpri_index_select_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(ic), mpr_tensor_data(y),
-                                  outer, x->shape[d], k, inner);
+    index_kernel(gather, false, x->dtype, mpr_tensor_data(xc), mpr_tensor_data(ic), mpr_tensor_data(y), outer, n_at,
+                 k, inner);
     mpr_tensor_release(xc);
     mpri_node_t *n = mpri_record(def, 1, &x, y);
     if (n) {
@@ -90,6 +99,27 @@ static mpr_tensor_t *index_common(const mpri_op_def_t *def, mpr_tensor_t *x, int
     }
     mpr_tensor_release(ic);
     return mpri_result(y);
+}
+
+/* ------------------------------------------------- index_select / embedding */
+
+/* out shape: x's shape with dim replaced by the index's shape (index_select:
+ * index 1-D; embedding: dim 0 of a 2-D table replaced by an index of any shape). */
+static mpr_tensor_t *index_common(const mpri_op_def_t *def, mpr_tensor_t *x, int d,
+                                  mpr_tensor_t *index) {
+    const char *op = def->name;
+    int ondim = x->ndim - 1 + index->ndim;
+    if (ondim > MPR_MAX_DIMS) {
+        mpr_error_set(MPR_ERR_SHAPE, "%s: result would have %d dims (max %d)", op, ondim,
+                      MPR_MAX_DIMS);
+        return NULL;
+    }
+    int64_t oshape[MPR_MAX_DIMS];
+    int j = 0;
+    for (int i = 0; i < d; i++) oshape[j++] = x->shape[i];
+    for (int i = 0; i < index->ndim; i++) oshape[j++] = index->shape[i];
+    for (int i = d + 1; i < x->ndim; i++) oshape[j++] = x->shape[i];
+    return index_forward(def, x, d, index, ondim, oshape);
 }
 
 mpr_tensor_t *mpr_index_select(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
@@ -127,72 +157,11 @@ mpr_tensor_t *mpr_embedding(mpr_tensor_t *weight, mpr_tensor_t *indices) {
     return index_common(&embedding_def, weight, 0, indices);
 }
 
-/* ----------------------------------------------------------------- gather
- * Only called with an index whose extents equal x's except at dim.
- * State: mpri_ctx_dim_t; saved[0] = contiguous index. */
+/* ----------------------------------------------------------------- gather */
 
-static mpr_err_t gather_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
-    mpr_tensor_t *idx = mpri_node_saved(n, 0);
-    if (!idx) return mpr_last_error_code();
-    if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
-    const mpri_tensor_meta_t *m = &n->in_meta[0];
-    int dim = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
-    int64_t outer, inner;
-    mpri_nn_split_dims(m->ndim, m->shape, dim, &outer, &inner);
-    mpr_tensor_t *gx = mpr_zeros(m->dtype, m->ndim, m->shape);
-    mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
-    if (!gx || !gy) {
-        mpr_tensor_release(gy);
-        return mpr_last_error_code();
-    }
-    int64_t k = idx->ndim ? idx->shape[dim] : 1;
-    if (m->dtype == MPR_F32)
-        mpri_gather_bwd_f32(mpr_tensor_data(gy), mpr_tensor_data(idx), mpr_tensor_data(gx), outer,
-                            m->ndim ? m->shape[dim] : 1, k, inner);
-    else
-        mpri_gather_bwd_f64(mpr_tensor_data(gy), mpr_tensor_data(idx), mpr_tensor_data(gx), outer,
-                            m->ndim ? m->shape[dim] : 1, k, inner);
-    mpr_tensor_release(gy);
-    gin[0] = gx;
-    return MPR_OK;
-}
-
-static const mpri_op_def_t gather_def = {.name = "gather", .backward = gather_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
-
+/* Only called with an index whose extents equal x's except at dim. */
 static mpr_tensor_t *gather_same(mpr_tensor_t *x, int d, mpr_tensor_t *index) {
-    int64_t n_at = x->ndim ? x->shape[d] : 1;
-    int64_t k = index->ndim ? index->shape[d] : 1;
-    mpr_tensor_t *ic = mpr_tensor_contiguous(index);
-    if (!ic) return NULL;
-    if (mpri_nn_check_range("gather", "index", mpr_tensor_data(ic), mpr_tensor_numel(ic), n_at,
-                            INT64_MIN) != MPR_OK) {
-        mpr_tensor_release(ic);
-        return NULL;
-    }
-    mpr_tensor_t *xc = mpr_tensor_contiguous(x);
-    mpr_tensor_t *y = mpr_tensor_empty(x->dtype, index->ndim, index->shape);
-    if (!xc || !y) {
-        mpr_tensor_release(ic);
-        mpr_tensor_release(xc);
-        mpr_tensor_release(y);
-        return NULL;
-    }
-    int64_t outer, inner;
-    mpri_nn_split_dims(x->ndim, x->shape, d, &outer, &inner);
-    if (x->dtype == MPR_F32)
-        mpri_gather_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(ic), mpr_tensor_data(y), outer,
-                            n_at, k, inner);
-    else
-        mpri_gather_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(ic), mpr_tensor_data(y), outer,
-                            n_at, k, inner);
-    mpr_tensor_release(xc);
-    mpri_node_t *n = mpri_record(&gather_def, 1, &x, y);
-    if (n) {
-        MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim = d;
-        mpri_node_save(n, ic);
-    }
-    mpr_tensor_release(ic);
-    return mpri_result(y);
+    return index_forward(&gather_def, x, d, index, index->ndim, index->shape);
 }
 
 mpr_tensor_t *mpr_gather(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
