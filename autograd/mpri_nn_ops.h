@@ -10,9 +10,6 @@
 #include "kernels/mpri_nn_kernels.h"
 #include "mpirpc/nn_functional.h"
 #include "mpri_autograd.h"
-#ifdef MPIRPC_HAVE_CUDA
-#include "kernels/cuda/mpri_cuda.h"
-#endif
 
 /* MPR_ERR_UNSUPPORTED unless `t` lives on the CPU (the nn ops have CPU
  * kernels only; CUDA tensors must be moved to the CPU first). */
@@ -62,34 +59,15 @@ static inline mpr_err_t mpri_nn_check_range(const char *op, const char *what, co
     return MPR_OK;
 }
 
-/* ---- device helpers (softmax and the losses also run on CUDA tensors) ---- */
+/* ---- device helpers (softmax and the losses also run on device tensors,
+ * through the backend of their device: kernels/mpri_kernels.h) ---- */
 
 /* Device of t: -1 CPU, N cuda:N. */
 static inline int mpri_nn_dev(const mpr_tensor_t *t) { return t->storage->device; }
 
-/* MPR_ERR_UNSUPPORTED naming op unless this build has CUDA (for device >= 0). */
-static inline mpr_err_t mpri_nn_need_cuda(const char *op, int device) {
-#ifdef MPIRPC_HAVE_CUDA
-    (void)op;
-    (void)device;
-    return MPR_OK;
-#else
-    return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: tensor on cuda:%d but mpirpc is built without CUDA",
-                         op, device);
-#endif
-}
-
 /* Copies nbytes from `src` on `device` (-1 CPU) to host memory. */
 static inline mpr_err_t mpri_nn_to_host(void *dst, const void *src, int device, size_t nbytes) {
-    if (device < 0) {
-        memcpy(dst, src, nbytes);
-        return MPR_OK;
-    }
-#ifdef MPIRPC_HAVE_CUDA
-    return mpri_cuda_memcpy(dst, -1, src, device, nbytes);
-#else
-    return mpri_nn_need_cuda("copy to host", device);
-#endif
+    return mpri_backend_transfer("copy to host", dst, -1, src, device, nbytes);
 }
 
 /* The value of a one-element float tensor on any device. */
@@ -106,19 +84,13 @@ static inline mpr_err_t mpri_nn_item(const mpr_tensor_t *t, double *out) {
 
 /* A new caller-owned 0-d float tensor holding `value` on `device`. */
 static inline mpr_tensor_t *mpri_nn_scalar_on(int device, mpr_dtype_t dt, double value) {
-    mpr_tensor_t *t = mpri_empty_on(device, dt, 0, NULL);
-    if (!t) return NULL;
-    union { float f; double d; } v;
-    if (dt == MPR_F32) v.f = (float)value; else v.d = value;
-    if (device < 0) {
-        memcpy(mpr_tensor_data(t), &v, mpr_dtype_size(dt));
-        return t;
+    const mpri_backend_t *b = mpri_backend_for("scalar", device);
+    mpr_tensor_t *t = b ? mpri_empty_on(device, dt, 0, NULL) : NULL;
+    if (t && MPRI_BK(b, fill, device, dt, t->ndim, t->shape, mpr_tensor_data(t), t->strides, value) != MPR_OK) {
+        mpr_tensor_release(t);
+        t = NULL;
     }
-#ifdef MPIRPC_HAVE_CUDA
-    if (mpri_cuda_memcpy(mpr_tensor_data(t), device, &v, -1, mpr_dtype_size(dt)) == MPR_OK) return t;
-#endif
-    mpr_tensor_release(t);
-    return NULL;
+    return t;
 }
 
 #endif

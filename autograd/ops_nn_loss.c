@@ -1,6 +1,6 @@
 /* ops_nn_loss.c — nll_loss, cross_entropy (fused log_softmax + nll) and
- * mse_loss, mean reduction, with backward, on CPU tensors and (in a CUDA
- * build) on GPU tensors through the CUDA twins of the kernels.
+ * mse_loss, mean reduction, with backward, on the tensors' device through
+ * its backend table (CPU kernels, or their CUDA twins in a CUDA build).
  *
  * Invariants: class targets are int64, on the input's device, and validated
  * to lie in [0, C) (or equal ignore_index) before any computation (GPU
@@ -25,7 +25,7 @@ static mpr_err_t check_class_args(const char *op, const mpr_tensor_t *x, const m
     if (mpri_nn_dev(t) != dev)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: input is on device %d, target on device %d",
                              op, dev, mpri_nn_dev(t));
-    if (dev >= 0 && (e = mpri_nn_need_cuda(op, dev)) != MPR_OK) return e;
+    if (!mpri_backend_for(op, dev)) return mpr_last_error_code();
     char bx[96], bt[96];
     if (!((x->ndim == 2 && t->ndim == 1 && t->shape[0] == x->shape[0]) ||
           (x->ndim == 1 && t->ndim == 0)))
@@ -71,19 +71,10 @@ static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     int dev = mpri_nn_dev(t);
     mpr_tensor_t *gx = mpri_empty_on(dev, m->dtype, m->ndim, m->shape);
     if (!gx) return mpr_last_error_code();
-    mpr_err_t e = MPR_OK;
-    if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-        e = mpri_cuda_nll_loss_bwd(dev, m->dtype, mpr_tensor_data(t), N, C, st->ignore_index,
-                                   st->count, g, mpr_tensor_data(gx));
-#endif
-    } else if (m->dtype == MPR_F32) {
-        mpri_nll_loss_bwd_f32(mpr_tensor_data(t), N, C, st->ignore_index, st->count, g,
-                              mpr_tensor_data(gx));
-    } else {
-        mpri_nll_loss_bwd_f64(mpr_tensor_data(t), N, C, st->ignore_index, st->count, g,
-                              mpr_tensor_data(gx));
-    }
+    const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
+    mpr_err_t e = B ? MPRI_BK(B, nll_loss_bwd, dev, m->dtype, mpr_tensor_data(t), N, C, st->ignore_index,
+                              st->count, g, mpr_tensor_data(gx))
+                    : mpr_last_error_code();
     if (e != MPR_OK) {
         mpr_tensor_release(gx);
         return e;
@@ -100,23 +91,14 @@ mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t 
     int64_t N, C;
     if (check_class_args(op, logp, target, &N, &C) != MPR_OK) return NULL;
     int dev = mpri_nn_dev(logp);
+    const mpri_backend_t *B = mpri_backend_for(op, dev); /* non-NULL: checked above */
     mpr_tensor_t *xc = mpri_contiguous_raw(logp), *tc = mpri_contiguous_raw(target), *out = NULL;
     mpr_err_t e = (!xc || !tc) ? mpr_last_error_code() : check_targets(op, tc, N, C, ignore_index);
     int64_t count = 0;
     double loss = 0;
     if (e == MPR_OK) {
-        if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-            e = mpri_cuda_nll_loss_fwd(dev, logp->dtype, mpr_tensor_data(xc), mpr_tensor_data(tc), N,
-                                       C, ignore_index, &loss, &count);
-#endif
-        } else if (logp->dtype == MPR_F32) {
-            loss = mpri_nll_loss_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
-                                         ignore_index, &count);
-        } else {
-            loss = mpri_nll_loss_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
-                                         ignore_index, &count);
-        }
+        e = MPRI_BK(B, nll_loss_fwd, dev, logp->dtype, mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
+                    ignore_index, &loss, &count);
     }
     if (e == MPR_OK) out = mpri_nn_scalar_on(dev, logp->dtype, loss);
     mpr_tensor_release(xc);
@@ -150,20 +132,10 @@ static mpr_err_t ce_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tens
     int dev = mpri_nn_dev(x);
     mpr_tensor_t *gx = mpri_empty_on(dev, x->dtype, x->ndim, x->shape);
     if (!gx) return mpr_last_error_code();
-    mpr_err_t e = MPR_OK;
-    if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-        e = mpri_cuda_cross_entropy_bwd(dev, x->dtype, mpr_tensor_data(x), mpr_tensor_data(t),
-                                        mpr_tensor_data(lse), N, C, st->ignore_index, st->count, g,
-                                        mpr_tensor_data(gx));
-#endif
-    } else if (x->dtype == MPR_F32) {
-        mpri_cross_entropy_bwd_f32(mpr_tensor_data(x), mpr_tensor_data(t), mpr_tensor_data(lse), N,
-                                   C, st->ignore_index, st->count, g, mpr_tensor_data(gx));
-    } else {
-        mpri_cross_entropy_bwd_f64(mpr_tensor_data(x), mpr_tensor_data(t), mpr_tensor_data(lse), N,
-                                   C, st->ignore_index, st->count, g, mpr_tensor_data(gx));
-    }
+    const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
+    mpr_err_t e = B ? MPRI_BK(B, cross_entropy_bwd, dev, x->dtype, mpr_tensor_data(x), mpr_tensor_data(t),
+                              mpr_tensor_data(lse), N, C, st->ignore_index, st->count, g, mpr_tensor_data(gx))
+                    : mpr_last_error_code();
     if (e != MPR_OK) {
         mpr_tensor_release(gx);
         return e;
@@ -181,6 +153,7 @@ mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
     int64_t N, C;
     if (check_class_args(op, logits, target, &N, &C) != MPR_OK) return NULL;
     int dev = mpri_nn_dev(logits);
+    const mpri_backend_t *B = mpri_backend_for(op, dev); /* non-NULL: checked above */
     mpr_tensor_t *xc = mpri_contiguous_raw(logits), *tc = mpri_contiguous_raw(target);
     mpr_tensor_t *lse = mpri_empty_on(dev, logits->dtype, 1, (int64_t[]){N}), *out = NULL;
     mpr_err_t e = (!xc || !tc || !lse) ? mpr_last_error_code()
@@ -188,19 +161,8 @@ mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
     int64_t count = 0;
     double loss = 0;
     if (e == MPR_OK) {
-        if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-            e = mpri_cuda_cross_entropy_fwd(dev, logits->dtype, mpr_tensor_data(xc),
-                                            mpr_tensor_data(tc), N, C, ignore_index,
-                                            mpr_tensor_data(lse), &loss, &count);
-#endif
-        } else if (logits->dtype == MPR_F32) {
-            loss = mpri_cross_entropy_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
-                                              ignore_index, mpr_tensor_data(lse), &count);
-        } else {
-            loss = mpri_cross_entropy_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
-                                              ignore_index, mpr_tensor_data(lse), &count);
-        }
+        e = MPRI_BK(B, cross_entropy_fwd, dev, logits->dtype, mpr_tensor_data(xc), mpr_tensor_data(tc), N, C,
+                    ignore_index, mpr_tensor_data(lse), &loss, &count);
     }
     if (e == MPR_OK) out = mpri_nn_scalar_on(dev, logits->dtype, loss);
     if (out) {
@@ -240,16 +202,9 @@ static mpr_err_t mse_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     int64_t numel = mpr_tensor_numel(a);
     void *gad = ga ? mpr_tensor_data(ga) : NULL, *gbd = gb ? mpr_tensor_data(gb) : NULL;
     if (e == MPR_OK) {
-        if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-            e = mpri_cuda_mse_loss_bwd(dev, a->dtype, mpr_tensor_data(a), mpr_tensor_data(b), numel,
-                                       g, gad, gbd);
-#endif
-        } else if (a->dtype == MPR_F32) {
-            mpri_mse_loss_bwd_f32(mpr_tensor_data(a), mpr_tensor_data(b), numel, g, gad, gbd);
-        } else {
-            mpri_mse_loss_bwd_f64(mpr_tensor_data(a), mpr_tensor_data(b), numel, g, gad, gbd);
-        }
+        const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
+        e = B ? MPRI_BK(B, mse_loss_bwd, dev, a->dtype, mpr_tensor_data(a), mpr_tensor_data(b), numel, g, gad, gbd)
+              : mpr_last_error_code();
     }
     if (e != MPR_OK) {
         mpr_tensor_release(ga);
@@ -274,7 +229,8 @@ mpr_tensor_t *mpr_mse_loss(mpr_tensor_t *input, mpr_tensor_t *target) {
                       dev, mpri_nn_dev(target));
         return NULL;
     }
-    if (dev >= 0 && mpri_nn_need_cuda(op, dev) != MPR_OK) return NULL;
+    const mpri_backend_t *B = mpri_backend_for(op, dev);
+    if (!B) return NULL;
     bool same = input->ndim == target->ndim;
     for (int i = 0; same && i < input->ndim; i++) same = input->shape[i] == target->shape[i];
     if (!same) {
@@ -286,16 +242,7 @@ mpr_tensor_t *mpr_mse_loss(mpr_tensor_t *input, mpr_tensor_t *target) {
     int64_t numel = mpr_tensor_numel(input);
     double loss = 0;
     if (e == MPR_OK) {
-        if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-            e = mpri_cuda_mse_loss_fwd(dev, input->dtype, mpr_tensor_data(ac), mpr_tensor_data(bc),
-                                       numel, &loss);
-#endif
-        } else if (input->dtype == MPR_F32) {
-            loss = mpri_mse_loss_fwd_f32(mpr_tensor_data(ac), mpr_tensor_data(bc), numel);
-        } else {
-            loss = mpri_mse_loss_fwd_f64(mpr_tensor_data(ac), mpr_tensor_data(bc), numel);
-        }
+        e = MPRI_BK(B, mse_loss_fwd, dev, input->dtype, mpr_tensor_data(ac), mpr_tensor_data(bc), numel, &loss);
     }
     if (e == MPR_OK) out = mpri_nn_scalar_on(dev, input->dtype, loss);
     if (out) {

@@ -4,7 +4,8 @@
  * functions of y alone: softmax dx = y (dy - <dy, y>), log_softmax
  * dx = dy - exp(y) sum(dy)); inputs of any strides are made contiguous first;
  * the kernels (runtime/kernels/cpu_softmax.c, and their CUDA twins for
- * tensors on a GPU) are numerically stable. */
+ * tensors on a GPU, both reached through the device's backend table) are
+ * numerically stable. */
 #include "mpri_nn_ops.h"
 
 static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *gout,
@@ -24,19 +25,10 @@ static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *go
         mpr_tensor_release(gx);
         return mpr_last_error_code();
     }
-    mpr_err_t e = MPR_OK;
-    if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-        e = mpri_cuda_softmax_bwd(dev, y->dtype, mpr_tensor_data(y), mpr_tensor_data(gy),
-                                  mpr_tensor_data(gx), outer, len, inner, is_log);
-#endif
-    } else if (y->dtype == MPR_F32) {
-        mpri_softmax_bwd_f32(mpr_tensor_data(y), mpr_tensor_data(gy), mpr_tensor_data(gx), outer,
-                             len, inner, is_log);
-    } else {
-        mpri_softmax_bwd_f64(mpr_tensor_data(y), mpr_tensor_data(gy), mpr_tensor_data(gx), outer,
-                             len, inner, is_log);
-    }
+    const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
+    mpr_err_t e = B ? MPRI_BK(B, softmax_bwd, dev, y->dtype, mpr_tensor_data(y), mpr_tensor_data(gy),
+                              mpr_tensor_data(gx), outer, len, inner, is_log)
+                    : mpr_last_error_code();
     mpr_tensor_release(gy);
     if (e != MPR_OK) {
         mpr_tensor_release(gx);
@@ -63,7 +55,8 @@ static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, i
     const char *op = def->name;
     int d;
     int dev = mpri_nn_dev(x);
-    if (mpri_check_float(op, x) != MPR_OK || (dev >= 0 && mpri_nn_need_cuda(op, dev) != MPR_OK) ||
+    const mpri_backend_t *B;
+    if (mpri_check_float(op, x) != MPR_OK || !(B = mpri_backend_for(op, dev)) ||
         mpri_norm_dim(op, dim, x->ndim, &d) != MPR_OK)
         return NULL;
     int64_t outer, inner;
@@ -76,17 +69,8 @@ static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, i
         mpr_tensor_release(xc);
         return NULL;
     }
-    mpr_err_t e = MPR_OK;
-    if (dev >= 0) {
-#ifdef MPIRPC_HAVE_CUDA
-        e = mpri_cuda_softmax_fwd(dev, x->dtype, mpr_tensor_data(xc), mpr_tensor_data(y), outer,
-                                  len, inner, is_log);
-#endif
-    } else if (x->dtype == MPR_F32) {
-        mpri_softmax_fwd_f32(mpr_tensor_data(xc), mpr_tensor_data(y), outer, len, inner, is_log);
-    } else {
-        mpri_softmax_fwd_f64(mpr_tensor_data(xc), mpr_tensor_data(y), outer, len, inner, is_log);
-    }
+    mpr_err_t e = MPRI_BK(B, softmax_fwd, dev, x->dtype, mpr_tensor_data(xc), mpr_tensor_data(y), outer, len,
+                          inner, is_log);
     mpr_tensor_release(xc);
     if (e != MPR_OK) {
         mpr_tensor_release(y);

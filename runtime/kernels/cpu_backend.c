@@ -1,13 +1,17 @@
-/* cpu_backend.c — the backend table of the CPU kernels, the registry of the
- * device backend (CUDA) that serves devices >= 0, and storage allocation
- * through a backend.
+/* cpu_backend.c — the backend table of the CPU kernels (elementwise, copies,
+ * reductions, GEMM, and the nn kernels of mpri_nn_kernels.h picked by dtype),
+ * the registry of the device backend (CUDA) that serves devices >= 0, storage
+ * allocation and host/device transfers through a backend.
  *
  * Invariants: the CPU backend is always present and never changes and its
  * entries never fail; at most one device backend is registered (read without
  * a lock, so it must be registered before tensors are created on a device). */
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "mpri_kernels.h"
+#include "mpri_nn_kernels.h"
 
 static mpr_err_t cpu_alloc(int device, size_t nbytes, void **out) {
     size_t a = (nbytes + 63) & ~(size_t)63;
@@ -63,6 +67,54 @@ static mpr_err_t cpu_gemm(int dev, mpr_dtype_t dt, bool ta, bool tb, int64_t M, 
     return MPR_OK;
 }
 
+static mpr_err_t cpu_transfer(void *dst, int dst_device, const void *src, int src_device, size_t nbytes) {
+    if (nbytes) memcpy(dst, src, nbytes);
+    return MPR_OK;
+}
+
+/* nn kernels: the _f32 / _f64 flavour for dt (float dtypes only; ops check). */
+#define CPU_BY_DTYPE(dt, fn, ...) ((dt) == MPR_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
+static mpr_err_t cpu_softmax_fwd(int dev, mpr_dtype_t dt, const void *x, void *y, int64_t outer, int64_t n,
+                                 int64_t inner, int is_log) {
+    CPU_BY_DTYPE(dt, mpri_softmax_fwd, x, y, outer, n, inner, is_log);
+    return MPR_OK;
+}
+static mpr_err_t cpu_softmax_bwd(int dev, mpr_dtype_t dt, const void *y, const void *gy, void *gx, int64_t outer,
+                                 int64_t n, int64_t inner, int is_log) {
+    CPU_BY_DTYPE(dt, mpri_softmax_bwd, y, gy, gx, outer, n, inner, is_log);
+    return MPR_OK;
+}
+static mpr_err_t cpu_cross_entropy_fwd(int dev, mpr_dtype_t dt, const void *x, const int64_t *target, int64_t N,
+                                       int64_t C, int64_t ignore_index, void *lse, double *loss, int64_t *count) {
+    *loss = CPU_BY_DTYPE(dt, mpri_cross_entropy_fwd, x, target, N, C, ignore_index, lse, count);
+    return MPR_OK;
+}
+static mpr_err_t cpu_cross_entropy_bwd(int dev, mpr_dtype_t dt, const void *x, const int64_t *target,
+                                       const void *lse, int64_t N, int64_t C, int64_t ignore_index, int64_t count,
+                                       double g, void *gx) {
+    CPU_BY_DTYPE(dt, mpri_cross_entropy_bwd, x, target, lse, N, C, ignore_index, count, g, gx);
+    return MPR_OK;
+}
+static mpr_err_t cpu_nll_loss_fwd(int dev, mpr_dtype_t dt, const void *logp, const int64_t *target, int64_t N,
+                                  int64_t C, int64_t ignore_index, double *loss, int64_t *count) {
+    *loss = CPU_BY_DTYPE(dt, mpri_nll_loss_fwd, logp, target, N, C, ignore_index, count);
+    return MPR_OK;
+}
+static mpr_err_t cpu_nll_loss_bwd(int dev, mpr_dtype_t dt, const int64_t *target, int64_t N, int64_t C,
+                                  int64_t ignore_index, int64_t count, double g, void *glogp) {
+    CPU_BY_DTYPE(dt, mpri_nll_loss_bwd, target, N, C, ignore_index, count, g, glogp);
+    return MPR_OK;
+}
+static mpr_err_t cpu_mse_loss_fwd(int dev, mpr_dtype_t dt, const void *a, const void *b, int64_t n, double *loss) {
+    *loss = CPU_BY_DTYPE(dt, mpri_mse_loss_fwd, a, b, n);
+    return MPR_OK;
+}
+static mpr_err_t cpu_mse_loss_bwd(int dev, mpr_dtype_t dt, const void *a, const void *b, int64_t n, double g,
+                                  void *ga, void *gb) {
+    CPU_BY_DTYPE(dt, mpri_mse_loss_bwd, a, b, n, g, ga, gb);
+    return MPR_OK;
+}
+
 const mpri_backend_t mpri_cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -76,6 +128,15 @@ const mpri_backend_t mpri_cpu_backend = {
     .max_dim = cpu_max_dim,
     .max_dim_backward = cpu_max_dim_backward,
     .gemm = cpu_gemm,
+    .transfer = cpu_transfer,
+    .softmax_fwd = cpu_softmax_fwd,
+    .softmax_bwd = cpu_softmax_bwd,
+    .cross_entropy_fwd = cpu_cross_entropy_fwd,
+    .cross_entropy_bwd = cpu_cross_entropy_bwd,
+    .nll_loss_fwd = cpu_nll_loss_fwd,
+    .nll_loss_bwd = cpu_nll_loss_bwd,
+    .mse_loss_fwd = cpu_mse_loss_fwd,
+    .mse_loss_bwd = cpu_mse_loss_bwd,
 };
 
 static const mpri_backend_t *device_backend;
@@ -89,6 +150,14 @@ const mpri_backend_t *mpri_backend_for(const char *op, int device) {
         return NULL;
     }
     return device_backend;
+}
+
+mpr_err_t mpri_backend_transfer(const char *op, void *dst, int dst_device, const void *src, int src_device,
+                                size_t nbytes) {
+    const mpri_backend_t *b = mpri_backend_for(op, dst_device >= 0 ? dst_device : src_device);
+    if (!b) return mpr_last_error_code();
+    if (!b->transfer) return mpri_backend_missing(op, b, "transfer");
+    return b->transfer(dst, dst_device, src, src_device, nbytes);
 }
 
 mpr_err_t mpri_backend_missing(const char *op, const mpri_backend_t *b, const char *kernel) {

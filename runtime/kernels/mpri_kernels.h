@@ -95,7 +95,8 @@ void mpri_k_gemm(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t 
 void mpri_blas_init(void);
 
 /* ---- device backends ----
- * Ops never call the CPU kernels above directly for tensor data: they look up
+ * Ops never call the CPU kernels (above and in mpri_nn_kernels.h) directly
+ * for tensor data: they look up
  * the backend of the tensors' device with mpri_backend_for() and call through
  * its table (one indirect call per op, never per element). Every entry takes
  * the device first and returns MPR_OK or an error with detail (device errors
@@ -103,7 +104,11 @@ void mpri_blas_init(void);
  * table with mpri_backend_register() — the signatures are exactly those of
  * mpri_cuda_malloc / mpri_cuda_free / mpri_cuda_k_* in kernels/cuda/mpri_cuda.h,
  * so the table is just those function names. Entries may be NULL where a
- * backend has no kernel: the op then fails with MPR_ERR_UNSUPPORTED naming it. */
+ * backend has no kernel: the op then fails with MPR_ERR_UNSUPPORTED naming it.
+ * The nn entries (softmax, losses) take raw contiguous buffers on `device`
+ * with the contracts of the _f32/_f64 kernels of the same name in
+ * mpri_nn_kernels.h, dtype MPR_F32 or MPR_F64; losses return their value
+ * (and counted rows) through host pointers. */
 typedef struct mpri_backend {
     const char *name;
     mpr_err_t (*alloc)(int device, size_t nbytes, void **out); /* *out NULL allowed for nbytes 0 */
@@ -128,6 +133,27 @@ typedef struct mpri_backend {
     mpr_err_t (*gemm)(int device, mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                       double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                       int64_t ldc);
+    /* Synchronous copy of nbytes between the host (device -1) and a device of
+     * this backend, or within it (use mpri_backend_transfer). */
+    mpr_err_t (*transfer)(void *dst, int dst_device, const void *src, int src_device, size_t nbytes);
+    /* ---- nn kernels ---- */
+    mpr_err_t (*softmax_fwd)(int device, mpr_dtype_t dt, const void *x, void *y, int64_t outer, int64_t n,
+                             int64_t inner, int is_log);
+    mpr_err_t (*softmax_bwd)(int device, mpr_dtype_t dt, const void *y, const void *gy, void *gx, int64_t outer,
+                             int64_t n, int64_t inner, int is_log);
+    mpr_err_t (*cross_entropy_fwd)(int device, mpr_dtype_t dt, const void *x, const int64_t *target, int64_t N,
+                                   int64_t C, int64_t ignore_index, void *lse, double *loss, int64_t *count);
+    mpr_err_t (*cross_entropy_bwd)(int device, mpr_dtype_t dt, const void *x, const int64_t *target,
+                                   const void *lse, int64_t N, int64_t C, int64_t ignore_index, int64_t count,
+                                   double g, void *gx);
+    mpr_err_t (*nll_loss_fwd)(int device, mpr_dtype_t dt, const void *logp, const int64_t *target, int64_t N,
+                              int64_t C, int64_t ignore_index, double *loss, int64_t *count);
+    mpr_err_t (*nll_loss_bwd)(int device, mpr_dtype_t dt, const int64_t *target, int64_t N, int64_t C,
+                              int64_t ignore_index, int64_t count, double g, void *glogp);
+    mpr_err_t (*mse_loss_fwd)(int device, mpr_dtype_t dt, const void *a, const void *b, int64_t n, double *loss);
+    /* ga, gb may be NULL */
+    mpr_err_t (*mse_loss_bwd)(int device, mpr_dtype_t dt, const void *a, const void *b, int64_t n, double g,
+                              void *ga, void *gb);
 } mpri_backend_t;
 
 /* The built-in CPU backend (device -1). */
@@ -140,6 +166,10 @@ const mpri_backend_t *mpri_backend_for(const char *op, int device);
 /* New storage of nbytes on `device` through its backend (refcount 1, version
  * 0, freed through the backend). NULL with an error naming `op` on failure. */
 mpri_storage_t *mpri_backend_storage(const char *op, int device, size_t nbytes);
+/* Copy nbytes between devices (-1 = host) through the backend of the device
+ * side (plain memcpy host to host); errors name `op`. */
+mpr_err_t mpri_backend_transfer(const char *op, void *dst, int dst_device, const void *src, int src_device,
+                                size_t nbytes);
 /* MPR_ERR_UNSUPPORTED naming `op` and the backend when `fn` is NULL. */
 mpr_err_t mpri_backend_missing(const char *op, const mpri_backend_t *b, const char *kernel);
 /* Call kernel `fn` of backend `b` on device `dev`: evaluates to its mpr_err_t,

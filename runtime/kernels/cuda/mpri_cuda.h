@@ -13,9 +13,8 @@
  *
  * Dispatch: runtime/kernels/cuda/cuda_backend.c puts these functions in an
  * mpri_backend_t table (mpri_kernels.h) and registers it at load time; ops
- * reach them through mpri_backend_for(device). The nn kernels (softmax,
- * losses) are not in that table yet: an op wanting them on CUDA calls them
- * directly. */
+ * reach them through mpri_backend_for(device), never by name (the nn kernels
+ * and mpri_cuda_memcpy included). */
 #ifndef MPRI_CUDA_H
 #define MPRI_CUDA_H
 
