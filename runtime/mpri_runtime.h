@@ -2,11 +2,13 @@
  * world (ranks, names), messages in and out, requests awaiting replies,
  * progress, termination counters (not installed).
  *
- * Lifecycle (one per process):
- *   UNINIT --mpri_world_init--> RUNNING --shutdown(graceful)--> STOPPING --> STOPPED
- *                                      \--shutdown(non-graceful)----------> STOPPED
- * In STOPPING, only threads serving incoming work (pool threads) may still
- * send; every other API call returns MPR_ERR_SHUTDOWN. */
+ * Lifecycle (one per process; transitions in shutdown.c, which documents them):
+ *   UNINIT --mpr_init--> RUNNING --shutdown(graceful)--> STOPPING --> STOPPED
+ *                               \--shutdown(non-graceful)--> LEAVING --> STOPPED
+ * In STOPPING the rank still serves: threads serving incoming work (pool
+ * threads) may still call and use RRefs; every other API call returns
+ * MPR_ERR_SHUTDOWN. In LEAVING the progress thread still runs (to receive the
+ * peers' LEAVE_ACKs) but every API call fails. */
 #ifndef MPRI_RUNTIME_H
 #define MPRI_RUNTIME_H
 
@@ -21,7 +23,7 @@
 #include "mpirpc/init.h"
 #include "mpirpc/value.h"
 
-enum { MPRI_UNINIT = 0, MPRI_RUNNING, MPRI_STOPPING, MPRI_STOPPED };
+enum { MPRI_UNINIT = 0, MPRI_RUNNING, MPRI_STOPPING, MPRI_LEAVING, MPRI_STOPPED };
 
 typedef struct mpri_runtime {
     atomic_int state;
@@ -35,8 +37,12 @@ typedef struct mpri_runtime {
     int tag_ub;
     atomic_uint_fast64_t next_request_id;
     atomic_uint data_tag_counter;
-    /* termination detection: messages sent, messages fully processed */
+    /* termination detection: messages sent, messages fully processed, also
+     * per peer ([size], allocated by mpri_shutdown_prepare) so that the
+     * traffic with a departed peer can be left out */
     atomic_uint_fast64_t msgs_sent, msgs_processed;
+    atomic_uint_fast64_t *sent_to, *processed_from;
+    atomic_bool *peer_gone; /* [size]: the peer left (LEAVE received); nothing more is sent to it */
     int progress_pu;           /* -1: progress thread not bound */
     char progress_binding[64]; /* what binding was applied, for debug info */
 } mpri_runtime_t;
@@ -44,6 +50,31 @@ typedef struct mpri_runtime {
 extern mpri_runtime_t mpri_rt;
 
 static inline int mpri_state(void) { return atomic_load_explicit(&mpri_rt.state, memory_order_acquire); }
+
+/* Message accounting for termination detection: every message is counted
+ * sent (by its sender, before it can be received) and processed (by its
+ * receiver, in mpri_msg_done), globally and per peer. */
+static inline void mpri_count_sent(int dst) {
+    atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+    if (mpri_rt.sent_to) atomic_fetch_add(&mpri_rt.sent_to[dst], 1);
+}
+static inline void mpri_uncount_sent(int dst) { /* the send failed before anything left */
+    atomic_fetch_sub(&mpri_rt.msgs_sent, 1);
+    if (mpri_rt.sent_to) atomic_fetch_sub(&mpri_rt.sent_to[dst], 1);
+}
+static inline void mpri_count_processed(int src) {
+    atomic_fetch_add(&mpri_rt.msgs_processed, 1);
+    if (mpri_rt.processed_from) atomic_fetch_add(&mpri_rt.processed_from[src], 1);
+}
+/* True once `rank` announced that it left the job (mpr_shutdown(false)). */
+static inline bool mpri_peer_gone(int rank) {
+    return mpri_rt.peer_gone && rank >= 0 && rank < mpri_rt.size && atomic_load(&mpri_rt.peer_gone[rank]);
+}
+/* Allocate the per-peer state of shutdown.c and install its handlers (LEAVE,
+ * LEAVE_ACK); called by mpr_init once the world size is known. */
+mpr_err_t mpri_shutdown_prepare(void);
+/* True once mpr_shutdown(false) left MPI_Finalize to process exit. */
+bool mpri_finalize_pending_at_exit(void);
 
 /* MPR_OK if API calls are allowed now from this thread; else an error
  * (not initialized / shut down) with detail naming `what`. */
@@ -115,6 +146,8 @@ mpr_future_t *mpri_pending_take(uint64_t id);
 void mpri_pending_expire(int64_t now_ns);
 /* Complete every pending future with `code` (shutdown). */
 void mpri_pending_fail_all(mpr_err_t code, const char *message);
+/* Complete the pending futures of requests sent to `dst` (it left). */
+void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message);
 long mpri_pending_count(void);
 
 /* ---- progress (progress.c) ---- */
@@ -147,13 +180,15 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *opts);
 #define MPRI_MAX_HOOKS 8
 /* Called by mpr_get_debug_info to add a layer's counters. */
 mpr_err_t mpri_add_debug_info_hook(void (*hook)(mpr_debug_info_t *info));
-/* before_graceful: at the start of a graceful shutdown, on the shutting-down
- * thread, while the runtime still serves messages (e.g. the RRef layer
- * deletes its user RRefs). after_stop: once the runtime has stopped (drop
- * local state). Either may be NULL. */
-mpr_err_t mpri_add_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void));
+/* on_quiescent: during a graceful shutdown, on the shutting-down thread, once
+ * every live rank called mpr_shutdown(true) and nothing is in flight or
+ * running anywhere; the runtime still serves messages, and what the hook
+ * sends is drained before the runtime stops (e.g. the RRef layer deletes its
+ * user RRefs). after_stop: once the runtime has stopped (drop local state).
+ * Either may be NULL. */
+mpr_err_t mpri_add_shutdown_hooks(void (*on_quiescent)(void), void (*after_stop)(void));
 /* Run them (shutdown.c). */
-void mpri_run_before_graceful_hooks(void);
+void mpri_run_quiescent_hooks(void);
 void mpri_run_after_stop_hooks(void);
 
 #endif

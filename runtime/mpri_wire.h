@@ -39,7 +39,9 @@
     X(MPRI_MSG_BACKWARD_AUTOGRAD_REQ, "backward_autograd_req")                         \
     X(MPRI_MSG_BACKWARD_AUTOGRAD_RESP, "backward_autograd_resp")                       \
     X(MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT, "cleanup_autograd_context")                   \
-    X(MPRI_MSG_EXCEPTION, "exception")       /* an error in reply to a request */
+    X(MPRI_MSG_EXCEPTION, "exception")       /* an error in reply to a request */   \
+    X(MPRI_MSG_LEAVE, "leave")               /* the sender leaves the job (shutdown.c) */ \
+    X(MPRI_MSG_LEAVE_ACK, "leave_ack")       /* the receiver will send it nothing more */
 
 typedef enum {
 #define MPRI_X_KIND(kind, name) kind,

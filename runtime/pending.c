@@ -158,3 +158,33 @@ void mpri_pending_fail_all(mpr_err_t code, const char *message) {
     }
     pthread_mutex_unlock(&table.lock);
 }
+
+void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message) {
+    entry_t *failed = NULL;
+    pthread_mutex_lock(&table.lock);
+    for (int i = 0; i < NBUCKETS; i++) {
+        entry_t **link = &table.buckets[i];
+        while (*link) {
+            if ((*link)->dst == dst) {
+                entry_t *e = unlink_locked(link);
+                e->next = failed;
+                failed = e;
+            } else {
+                link = &(*link)->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&table.lock);
+    while (failed) {
+        entry_t *e = failed;
+        failed = e->next;
+        char text[512];
+        snprintf(text, sizeof text, "%s to %s (rank %d) failed: %s", e->label,
+                 mpri_rt.workers ? mpri_rt.workers[dst].name : "?", dst, message);
+        mpri_future_complete(e->future, code, text, NULL);
+        mpr_future_release(e->future);
+        pthread_mutex_lock(&table.lock);
+        recycle_locked(e);
+        pthread_mutex_unlock(&table.lock);
+    }
+}

@@ -263,7 +263,7 @@ int mpri_progress_poll(void) {
             MPI_Mrecv(scratch, scratch ? count : 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
             free(scratch);
             fprintf(stderr, "mpirpc: out of memory receiving from rank %d; message dropped\n", st.MPI_SOURCE);
-            atomic_fetch_add(&mpri_rt.msgs_processed, 1);
+            mpri_count_processed(st.MPI_SOURCE);
             continue;
         }
         memset(msg, 0, sizeof *msg);

@@ -82,8 +82,9 @@ static void msg_free(mpri_msg_t *msg) {
 }
 
 void mpri_msg_done(mpri_msg_t *msg) {
+    int src = msg->src;
     msg_free(msg);
-    atomic_fetch_add(&mpri_rt.msgs_processed, 1);
+    mpri_count_processed(src);
 }
 
 mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
@@ -114,7 +115,7 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
     m->tensors.items = NULL;
     m->tensors.len = 0;
     mpri_tensor_list_fini(&m->tensors);
-    atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+    mpri_count_sent(msg->src);
     mpri_dispatch(msg);
     return MPR_OK;
 }
@@ -127,6 +128,11 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     if (dst < 0 || dst >= mpri_rt.size) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_INVALID_ARG, "send: rank %d outside [0, %d)", dst, mpri_rt.size);
+    }
+    if (mpri_peer_gone(dst) && m->hdr.kind != MPRI_MSG_LEAVE_ACK) { /* shutdown.c: it left the job */
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_SHUTDOWN, "%s (rank %d) has left the job (it called mpr_shutdown(false))",
+                             mpri_rt.workers ? mpri_rt.workers[dst].name : "?", dst);
     }
     mpri_wire_header_t *h = &m->hdr;
     h->magic = MPRI_WIRE_MAGIC;
@@ -149,12 +155,12 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
 
     if (h->tensor_count == 0 && !mpri_in_progress_context()) {
         /* Small control-free path: one blocking standard send. */
-        atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+        mpri_count_sent(dst);
         int rc = MPI_Send(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM, mpri_rt.comm);
         mpri_outmsg_fini(m);
         if (rc != MPI_SUCCESS) {
             char text[MPI_MAX_ERROR_STRING];
-            atomic_fetch_sub(&mpri_rt.msgs_sent, 1);
+            mpri_uncount_sent(dst);
             return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
                                  mpri_mpi_error_string(rc, text, sizeof text));
         }
@@ -172,7 +178,7 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     }
     uint32_t nbatches = mpri_batches_plan(m->tensors.items, nt, scratch.starts);
     int n = 1 + (int)nbatches;
-    atomic_fetch_add(&mpri_rt.msgs_sent, 1);
+    mpri_count_sent(dst);
     int posted = 0, rc = MPI_Isend(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
     if (rc == MPI_SUCCESS) posted = 1;
@@ -184,7 +190,7 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     mpri_batch_scratch_fini(&scratch);
     if (rc != MPI_SUCCESS) {
         char text[MPI_MAX_ERROR_STRING];
-        if (posted == 0) atomic_fetch_sub(&mpri_rt.msgs_sent, 1);
+        if (posted == 0) mpri_uncount_sent(dst);
         MPI_Waitall(posted, reqs, MPI_STATUSES_IGNORE);
         if (reqs != stack_reqs) free(reqs);
         mpri_outmsg_fini(m);

@@ -18,7 +18,7 @@
 mpri_runtime_t mpri_rt;
 static struct {
     void (*debug_info[MPRI_MAX_HOOKS])(mpr_debug_info_t *info);
-    void (*before_graceful[MPRI_MAX_HOOKS])(void);
+    void (*on_quiescent[MPRI_MAX_HOOKS])(void);
     void (*after_stop[MPRI_MAX_HOOKS])(void);
     int n_debug_info, n_shutdown;
 } hooks;
@@ -30,18 +30,18 @@ mpr_err_t mpri_add_debug_info_hook(void (*hook)(mpr_debug_info_t *info)) {
     return MPR_OK;
 }
 
-mpr_err_t mpri_add_shutdown_hooks(void (*before_graceful)(void), void (*after_stop)(void)) {
+mpr_err_t mpri_add_shutdown_hooks(void (*on_quiescent)(void), void (*after_stop)(void)) {
     if (hooks.n_shutdown == MPRI_MAX_HOOKS)
         return mpr_error_set(MPR_ERR_STATE, "too many shutdown hooks (%d)", MPRI_MAX_HOOKS);
-    hooks.before_graceful[hooks.n_shutdown] = before_graceful;
+    hooks.on_quiescent[hooks.n_shutdown] = on_quiescent;
     hooks.after_stop[hooks.n_shutdown] = after_stop;
     hooks.n_shutdown++;
     return MPR_OK;
 }
 
-void mpri_run_before_graceful_hooks(void) {
+void mpri_run_quiescent_hooks(void) {
     for (int i = 0; i < hooks.n_shutdown; i++)
-        if (hooks.before_graceful[i]) hooks.before_graceful[i]();
+        if (hooks.on_quiescent[i]) hooks.on_quiescent[i]();
 }
 
 void mpri_run_after_stop_hooks(void) {
@@ -161,7 +161,7 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     else
         mpr_init_options_default(&opts);
     int state = mpri_state();
-    if (state == MPRI_RUNNING || state == MPRI_STOPPING)
+    if (state == MPRI_RUNNING || state == MPRI_STOPPING || state == MPRI_LEAVING)
         return mpr_error_set(MPR_ERR_ALREADY_INITIALIZED, "mpr_init: already initialized");
     if (opts.num_worker_threads < 0 || opts.num_worker_threads > 1024 || opts.rpc_timeout_s < 0 ||
         opts.shutdown_timeout_s < 0)
@@ -171,6 +171,8 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (finalized) return mpr_error_set(MPR_ERR_SHUTDOWN, "mpr_init: MPI is already finalized");
+    if (mpri_finalize_pending_at_exit())
+        return mpr_error_set(MPR_ERR_SHUTDOWN, "mpr_init: mpr_shutdown(false) left MPI to be finalized at exit");
 
     memset(&mpri_rt, 0, sizeof mpri_rt);
     mpri_rt.comm = mpri_rt.ctrl_comm = MPI_COMM_NULL;
@@ -215,6 +217,7 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     atomic_store(&mpri_rt.next_request_id, 1);
     extern double mpri_shutdown_timeout_s;
     mpri_shutdown_timeout_s = opts.shutdown_timeout_s;
+    if ((e = mpri_shutdown_prepare())) goto fail;
     atomic_store(&mpri_rt.state, MPRI_RUNNING);
     if ((e = mpri_pool_start(mpri_rt.num_worker_threads))) goto fail_running;
     if ((e = mpri_progress_start())) {

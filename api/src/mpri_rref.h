@@ -76,7 +76,9 @@ struct mpr_rref {
     int state;
     bool creator;      /* made by mpr_remote: confirmed by REMOTE_RET */
     bool owner_knows;  /* the owner recorded (or will record) this fork: deletion must be sent */
-    bool deleted;      /* the delete was sent, or the runtime stopped */
+    bool deleted;      /* no longer usable: released, swept by shutdown, or the runtime stopped;
+                        * deleted <=> not in the live-user list */
+    bool delete_due;   /* swept while PENDING: the USER_DELETE goes when it leaves PENDING */
     mpr_err_t err;
     char *errmsg;
     mpr_future_t *ready; /* completes when the user leaves PENDING (NULL if born confirmed) */

@@ -13,27 +13,43 @@
  *   CREATED: in the table while its fork set is non-empty; leaves it when the
  *     last fork is deleted; freed (value released, destructor runs) when the
  *     last reference (table, owner handles, in-flight fetches) goes.
+ *   PENDING never follows CREATED (asserted); owner_check_locked() checks,
+ *   in Debug builds, after every change: in the table <=> (forks or not
+ *   created), the table's reference counted, the fork array consistent.
  * Fork set: add (creator fork from REMOTE_CALL, FORK_REQUEST from a new
  *   user, the owner itself sharing the RRef) and delete (USER_DELETE) are
  *   idempotent. A delete that arrives before the creation (the creator's
  *   remote() timed out and its user was dropped) leaves a tombstone that the
  *   late add cancels, so no fork outlives its user.
  *
- * User handle (UserRRef, one per fork id):
+ * User handle (UserRRef, one per fork id; user_set_state_locked() asserts
+ * the transitions, user_check_locked() checks each handle in Debug builds):
+ *   (decode from the owner) --> CONFIRMED; (mpr_remote, decode from a user) --> PENDING
  *   PENDING --REMOTE_RET ok | FORK_REQUEST acked--> CONFIRMED
  *   PENDING --creation error/timeout | fork request failed--> FAILED
- *   any --last reference dropped | graceful-shutdown sweep--> DELETED: a
- *     USER_DELETE goes to the owner if the owner recorded (or will record)
- *     this fork (G1). While PENDING the pending state holds a reference, so
- *     a user is never deleted before the owner knows it.
+ *   CONFIRMED, FAILED: final.
+ *   Orthogonal "deleted" flag (the handle leaves the live-user list):
+ *   live --last reference dropped (not PENDING: the pending state holds a
+ *     reference) | graceful-shutdown sweep--> deleted: a USER_DELETE goes
+ *     to the owner if the owner recorded (or will record) this fork (G1).
+ *   A PENDING user swept by shutdown is deleted with delete_due set: its
+ *     USER_DELETE goes when it leaves PENDING (confirmed, or failed with the
+ *     owner knowing the fork), so the owner is never left with its fork.
  *   G2: a user that forks its RRef keeps a reference in the pending-children
  *   table until the child's CHILD_ACCEPT arrives (after the owner confirmed
  *   the child), so the parent's delete cannot overtake the child's fork.
  *
- * Graceful shutdown (before_graceful hook): wait until no user is pending
- * and no child is unconfirmed, delete every live user, wait until every
- * control request is acknowledged. After the runtime stopped (after_stop),
- * whatever is left is reported on stderr with its id and dropped.
+ * Graceful shutdown (runtime/shutdown.c runs the rounds): while the rank is
+ * in graceful shutdown but the job is not quiescent, nothing here changes:
+ * handlers still use, send and receive RRefs, which stay valid. Once every
+ * live rank called mpr_shutdown(true) and nothing is in flight anywhere, the
+ * on_quiescent hook (rref_on_quiescent) deletes every live user (the
+ * application may still hold some; later uses fail with MPR_ERR_SHUTDOWN
+ * "deleted by shutdown"); shutdown then drains those deletes and their acks
+ * before stopping. Since nothing runs anywhere at that point, no fork can
+ * reach a rank after its sweep. After the runtime stopped (after_stop),
+ * whatever is left (possible only when a peer left with mpr_shutdown(false)
+ * or shutdown timed out) is reported on stderr with its id, and dropped.
  *
  * Invariants: the lock is never held while sending, completing futures,
  * running callbacks or releasing values; counters are changed under it
@@ -43,6 +59,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "mpri_assert.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
@@ -134,16 +151,66 @@ static void owner_unlink_locked(mpri_owner_t *o) {
     st.owners_in_table--;
 }
 
+/* ---- state checkers (Debug builds; like SQLite's assert_pager_state) ---- */
+
+/* An owner record after a settled change; `table_ref_pending`: the caller
+ * still holds the reference the table just gave up. */
+static void owner_check_locked(const mpri_owner_t *o, bool table_ref_pending) {
+#if MPRI_DEBUG_CHECKS
+    MPRI_DEBUG_ASSERT(o->in_table == (o->nforks > 0 || !o->created),
+                      "owner record: in the table iff it has forks or is not created");
+    MPRI_DEBUG_ASSERT(atomic_load(&o->refcount) >= (long)o->in_table + (long)table_ref_pending,
+                      "owner record: the table's reference is not counted");
+    MPRI_DEBUG_ASSERT(o->nforks <= o->capforks && (o->capforks == 0) == (o->forks == NULL),
+                      "owner record: fork array inconsistent");
+    for (size_t i = 0; i < o->nforks; i++)
+        MPRI_DEBUG_ASSERT(o->forks[i].kind == FORK_LIVE || o->forks[i].kind == FORK_TOMBSTONE,
+                          "owner record: bad fork kind");
+#else
+    (void)o, (void)table_ref_pending;
+#endif
+}
+
+/* A user handle (any state). */
+static void user_check_locked(const mpr_rref_t *r) {
+#if MPRI_DEBUG_CHECKS
+    MPRI_DEBUG_ASSERT(!r->is_owner && r->magic == MPRI_RREF_MAGIC, "user check on a non-user handle");
+    MPRI_DEBUG_ASSERT(r->state == USER_PENDING || r->state == USER_CONFIRMED || r->state == USER_FAILED,
+                      "user state out of range");
+    MPRI_DEBUG_ASSERT(r->state != USER_PENDING || (r->ready && atomic_load(&r->refcount) >= 1),
+                      "a PENDING user has its ready future and the pending state's reference");
+    MPRI_DEBUG_ASSERT(r->state != USER_CONFIRMED || r->owner_knows, "a CONFIRMED user is known to its owner");
+    MPRI_DEBUG_ASSERT(r->deleted == (r->next == NULL && r->prev == NULL),
+                      "a user is in the live-user list iff it is not deleted");
+    MPRI_DEBUG_ASSERT(!r->delete_due || (r->deleted && r->state == USER_PENDING),
+                      "a delete is due only for a deleted user still PENDING");
+    MPRI_DEBUG_ASSERT(CTX.users_live >= 0 && CTX.pending_users >= 0 && CTX.pending_children >= 0,
+                      "RRef counters negative");
+#else
+    (void)r;
+#endif
+}
+
+/* PENDING -> CONFIRMED | FAILED; anything else is a bug. */
+static void user_set_state_locked(mpr_rref_t *r, int to) {
+    MPRI_ASSERT(r->state == USER_PENDING && (to == USER_CONFIRMED || to == USER_FAILED),
+                "illegal UserRRef state transition");
+    r->state = to;
+    if (to == USER_CONFIRMED) r->owner_knows = true;
+}
+
 /* Put `o` in or out of the table per its state; true if the caller must drop
  * the table's reference (after unlocking). */
 static bool owner_settle_locked(mpri_owner_t *o) {
     bool want = o->nforks > 0 || !o->created;
+    bool drop = false;
     if (want && !o->in_table) owner_link_locked(o);
     if (!want && o->in_table) {
         owner_unlink_locked(o);
-        return true;
+        drop = true;
     }
-    return false;
+    owner_check_locked(o, drop);
+    return drop;
 }
 
 static mpri_owner_t *owner_alloc(mpri_gid_t id) {
@@ -253,11 +320,11 @@ void mpri_owner_del_fork(mpri_gid_t id, mpri_gid_t fork) {
 
 void mpri_owner_set_value(mpri_owner_t *o, mpr_err_t code, const char *message, mpr_value_t *value) {
     pthread_mutex_lock(&CTX.lock);
-    if (o->created) {
+    if (o->created) { /* idempotent: a repeated completion is ignored */
         pthread_mutex_unlock(&CTX.lock);
         return;
     }
-    o->created = true;
+    o->created = true; /* PENDING -> CREATED */
     mpri_owner_retain(o); /* keep it through the completion even if it leaves the table */
     bool drop = owner_settle_locked(o);
     pthread_mutex_unlock(&CTX.lock);
@@ -323,10 +390,12 @@ mpr_rref_t *mpri_rref_new_user(mpri_gid_t id, int owner_rank, mpri_gid_t fork, i
         }
         atomic_fetch_add(&r->refcount, 1); /* held by the pending state */
     }
+    MPRI_ASSERT(state == USER_PENDING || state == USER_CONFIRMED, "a new user is PENDING or CONFIRMED");
     pthread_mutex_lock(&CTX.lock);
     users_link_locked(r);
     CTX.users_live++;
     if (state == USER_PENDING) CTX.pending_users++;
+    user_check_locked(r);
     pthread_mutex_unlock(&CTX.lock);
     return r;
 }
@@ -379,13 +448,15 @@ void mpr_rref_release(mpr_rref_t *r) {
         return;
     }
     pthread_mutex_lock(&CTX.lock);
-    users_unlink_locked(r);
+    MPRI_ASSERT(r->state != USER_PENDING, "a PENDING user lost the pending state's reference");
     bool send = false;
-    if (!r->deleted) {
+    if (!r->deleted) { /* live -> deleted (else the sweep already deleted it) */
+        users_unlink_locked(r);
         r->deleted = true;
         CTX.users_live--;
         send = r->owner_knows;
     }
+    user_check_locked(r);
     pthread_mutex_unlock(&CTX.lock);
     if (send && runtime_alive()) mpri_rref_send_user_delete(r->owner_rank, r->id, r->fork);
     handle_free(r);
@@ -397,14 +468,19 @@ static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *
         pthread_mutex_unlock(&CTX.lock);
         return false;
     }
-    r->state = state;
-    if (state == USER_CONFIRMED) r->owner_knows = true;
+    user_set_state_locked(r, state);
     if (state == USER_FAILED) {
         r->err = code;
         r->errmsg = strdup(message && *message ? message : mpr_strerror(code));
     }
     CTX.pending_users--;
+    /* Swept by shutdown while PENDING: now that the owner's view is known,
+     * tell it (G1). */
+    bool send_delete = r->delete_due && r->owner_knows;
+    r->delete_due = false;
+    user_check_locked(r);
     pthread_mutex_unlock(&CTX.lock);
+    if (send_delete) mpri_rref_send_user_delete(r->owner_rank, r->id, r->fork);
     mpri_future_complete(r->ready, MPR_OK, NULL, NULL);
     mpr_rref_release(r); /* the pending state's reference */
     return true;
@@ -500,56 +576,29 @@ static void rref_debug_info(mpr_debug_info_t *info) {
     pthread_mutex_unlock(&CTX.lock);
 }
 
-extern double mpri_shutdown_timeout_s;
-
-/* Wait (driving progress) until `done()` or the deadline; false on timeout. */
-static bool wait_until(bool (*done)(void), int64_t deadline) {
-    while (!done()) {
-        if (deadline && mpri_now_ns() > deadline) return false;
-        uint64_t gen = mpri_event_generation();
-        if (mpri_progress_poll() > 0 || done()) continue;
-        mpri_event_wait(gen, 200000);
-    }
-    return true;
-}
-
-static bool no_pending_forks(void) {
-    pthread_mutex_lock(&CTX.lock);
-    bool done = CTX.pending_users == 0 && CTX.pending_children == 0;
-    pthread_mutex_unlock(&CTX.lock);
-    return done;
-}
-
-static bool no_pending_futures(void) { return atomic_load(&CTX.pending_futures) == 0; }
-
-/* Runs on the thread calling mpr_shutdown(true), state STOPPING. */
-static void rref_before_graceful(void) {
+/* The graceful-shutdown sweep: runs on the shutting-down thread once the
+ * whole job is quiescent (every live rank in shutdown, nothing in flight);
+ * shutdown drains the deletes sent here before it stops the runtime. */
+static void rref_on_quiescent(void) {
     st.graceful = true;
-    int64_t deadline = mpri_shutdown_timeout_s > 0
-                           ? mpri_now_ns() + (int64_t)(mpri_shutdown_timeout_s * 1e9)
-                           : 0;
-    if (!wait_until(no_pending_forks, deadline))
-        fprintf(stderr, "mpirpc: %s: shutdown: RRef forks still unconfirmed after %.0f s\n",
-                mpri_rt.workers[mpri_rt.rank].name, mpri_shutdown_timeout_s);
-    /* Delete every live user (the application may still hold some). */
     for (;;) {
-        mpr_rref_t *victim = NULL;
         pthread_mutex_lock(&CTX.lock);
-        for (mpr_rref_t *r = st.users.next; r != &st.users; r = r->next)
-            if (!r->deleted) {
-                victim = r;
-                r->deleted = true;
-                CTX.users_live--;
-                break;
-            }
-        bool send = victim && victim->owner_knows;
+        mpr_rref_t *victim = st.users.next != &st.users ? st.users.next : NULL;
+        bool send = false;
+        if (victim) { /* live -> deleted */
+            users_unlink_locked(victim);
+            victim->deleted = true;
+            CTX.users_live--;
+            if (victim->state == USER_PENDING)
+                victim->delete_due = true; /* sent when it leaves PENDING */
+            else
+                send = victim->owner_knows;
+            user_check_locked(victim);
+        }
         pthread_mutex_unlock(&CTX.lock);
         if (!victim) break;
         if (send) mpri_rref_send_user_delete(victim->owner_rank, victim->id, victim->fork);
     }
-    if (!wait_until(no_pending_futures, deadline))
-        fprintf(stderr, "mpirpc: %s: shutdown: %ld RRef control messages never acknowledged\n",
-                mpri_rt.workers[mpri_rt.rank].name, (long)atomic_load(&CTX.pending_futures));
 }
 
 /* Runs once the runtime stopped: report what is left (graceful only) and drop it. */
@@ -574,15 +623,15 @@ static void rref_after_stop(void) {
             drop = o;
         }
     }
-    for (mpr_rref_t *r = st.users.next; r != &st.users; r = r->next)
-        if (!r->deleted) {
-            if (st.graceful)
-                fprintf(stderr, "mpirpc: %s: RRef leak: UserRRef(%u:%llu) fork (%u:%llu) was never deleted\n",
-                        me, r->id.rank, (unsigned long long)r->id.seq, r->fork.rank,
-                        (unsigned long long)r->fork.seq);
-            r->deleted = true;
-            CTX.users_live--;
-        }
+    while (st.users.next != &st.users) {
+        mpr_rref_t *r = st.users.next;
+        if (st.graceful)
+            fprintf(stderr, "mpirpc: %s: RRef leak: UserRRef(%u:%llu) fork (%u:%llu) was never deleted\n", me,
+                    r->id.rank, (unsigned long long)r->id.seq, r->fork.rank, (unsigned long long)r->fork.seq);
+        users_unlink_locked(r);
+        r->deleted = true;
+        CTX.users_live--;
+    }
     fork_ent_t *children = fork_table_drain_locked(&st.children);
     for (fork_ent_t *c = children; c && st.graceful; c = c->next)
         fprintf(stderr, "mpirpc: %s: RRef leak: child fork (%u:%llu) of RRef(%u:%llu) never accepted\n", me,
@@ -591,6 +640,9 @@ static void rref_after_stop(void) {
     fork_ent_t *waits = fork_table_drain_locked(&st.waits);
     if (st.graceful && CTX.pending_users)
         fprintf(stderr, "mpirpc: %s: RRef leak: %ld user(s) never confirmed\n", me, CTX.pending_users);
+    long unacked = atomic_exchange(&CTX.pending_futures, 0); /* their answers will never come */
+    if (st.graceful && unacked)
+        fprintf(stderr, "mpirpc: %s: RRef leak: %ld RRef control message(s) never acknowledged\n", me, unacked);
     st.graceful = false;
     pthread_mutex_unlock(&CTX.lock);
     while (drop) {
@@ -616,5 +668,5 @@ static void rref_after_stop(void) {
 
 mpr_err_t mpri_rref_context_install(void) {
     mpr_err_t e = mpri_add_debug_info_hook(rref_debug_info);
-    return e ? e : mpri_add_shutdown_hooks(rref_before_graceful, rref_after_stop);
+    return e ? e : mpri_add_shutdown_hooks(rref_on_quiescent, rref_after_stop);
 }

@@ -60,7 +60,7 @@ static mpr_err_t send_control(int dst, int kind, mpri_gid_t id, mpri_gid_t fork)
 }
 
 void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork) {
-    if (!runtime_alive()) return;
+    if (!runtime_alive() || mpri_peer_gone(owner_rank)) return; /* no owner left to tell */
     atomic_fetch_add(&CTX.pending_futures, 1);
     if (send_control(owner_rank, MPRI_MSG_RREF_USER_DELETE, id, fork) != MPR_OK) {
         atomic_fetch_sub(&CTX.pending_futures, 1);

@@ -10,3 +10,17 @@ mpirpc_mpi_test(test_rref_leak_report 2 test_rref_leak_report.c)
 set_tests_properties(test_rref_leak_report_np2 PROPERTIES TIMEOUT 60)
 mpirpc_mpi_test(test_rref_wire 2 test_rref_wire.c)
 set_tests_properties(test_rref_wire_np2 PROPERTIES TIMEOUT 60)
+# Graceful shutdown with RRefs in use: one scenario per run (test_shutdown_rrefs.c).
+add_executable(test_shutdown_rrefs test_shutdown_rrefs.c)
+target_link_libraries(test_shutdown_rrefs PRIVATE mpirpc PkgConfig::CMOCKA m)
+target_include_directories(test_shutdown_rrefs PRIVATE ${PROJECT_SOURCE_DIR}/runtime ${PROJECT_SOURCE_DIR}/api/src
+                           ${PROJECT_SOURCE_DIR}/tests/mpi)
+target_compile_options(test_shutdown_rrefs PRIVATE ${MPIRPC_WARNINGS})
+foreach(scenario_np observers:3 late_fork:2 stress:4)
+  string(REPLACE ":" ";" parts ${scenario_np})
+  list(GET parts 0 scenario)
+  list(GET parts 1 np)
+  add_test(NAME test_shutdown_rrefs_${scenario}_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIRPC_MPIEXEC_FLAGS} -n ${np} $<TARGET_FILE:test_shutdown_rrefs> ${scenario})
+  set_tests_properties(test_shutdown_rrefs_${scenario}_np${np} PROPERTIES TIMEOUT 60)
+endforeach()

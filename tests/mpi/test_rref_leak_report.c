@@ -1,11 +1,11 @@
 /* test_rref_leak_report.c — a leak is reported with its id. Run with 2 ranks.
  *
- * Rank 0 enters graceful shutdown first (its UserRRef sweep runs at once).
- * One second later rank 1, still running, sends rank 0 an RRef it owns, and
- * rank 0's handler (still served while it stops) stores it in a global: that
- * user is created after the sweep and never deleted. After shutdown, rank 0
- * must report the UserRRef and rank 1 the OwnerRRef that still has a fork,
- * both naming the RRef id; the debug counters are then zero on both. */
+ * Rank 1 holds a UserRRef of an object rank 0 owns and leaves the job with
+ * mpr_shutdown(false): its user is never deleted. Rank 0's graceful
+ * shutdown completes without rank 1 and must report the OwnerRRef that still
+ * has a fork, naming the RRef id; a non-graceful rank reports nothing. The
+ * debug counters are zero on both afterwards. (With every rank shutting down
+ * gracefully nothing leaks: test_shutdown_rrefs.) */
 #include <fcntl.h>
 
 #include "rref_test_util.h"
@@ -35,18 +35,20 @@ int main(int argc, char **argv) {
     CHECK(saved >= 0 && fd >= 0);
     mpitest_barrier();
     if (rank == 0) {
-        mpr_rref_release(r);
-        dup2(fd, 2);
-        CHECK_OK(mpr_shutdown(true));
-    } else {
-        usleep(1000000); /* rank 0 is stopping now and has swept its users */
         mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_rref(r)), *res = NULL;
-        CHECK_OK(mpr_rpc_sync(mpr_to_rank(0), "keep", a, 10, &res));
+        CHECK_OK(mpr_rpc_sync(mpr_to_rank(1), "keep", a, 10, &res)); /* rank 1 now holds a user */
         mpr_value_release(res);
         mpr_value_release(a);
-        mpr_rref_release(r); /* rank 0's user keeps the value alive */
+        mpr_rref_release(r);
+        mpitest_barrier(); /* the reply is here: rank 1 may leave */
         dup2(fd, 2);
-        CHECK_OK(mpr_shutdown(true));
+        CHECK_OK(mpr_shutdown(true)); /* completes without rank 1 */
+    } else {
+        mpr_rref_release(r);
+        mpitest_barrier(); /* rank 0's keep() ran here */
+        CHECK(nkept == 1);
+        dup2(fd, 2);
+        CHECK_OK(mpr_shutdown(false));
     }
     fflush(stderr);
     dup2(saved, 2);
@@ -56,11 +58,10 @@ int main(int argc, char **argv) {
     CHECK(text != NULL);
     fprintf(stderr, "[rank %d] captured: %s", rank, text ? text : "(nothing)");
     if (rank == 0) {
-        CHECK_CONTAINS(text, "worker0: RRef leak: UserRRef(1:");
-        CHECK_CONTAINS(text, "was never deleted");
-    } else {
-        CHECK_CONTAINS(text, "worker1: RRef leak: OwnerRRef(1:");
+        CHECK_CONTAINS(text, "worker0: RRef leak: OwnerRRef(0:");
         CHECK_CONTAINS(text, "still has 1 fork(s): user(");
+    } else {
+        CHECK(strstr(text, "RRef leak") == NULL);
     }
     unlink(path);
     mpr_debug_info_t d;

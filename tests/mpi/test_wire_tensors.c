@@ -49,7 +49,7 @@ static void send_two_tensors(int dst, int kind, uint16_t flags, uint64_t request
         mpri_buf_put(&b, &four, sizeof four);
     }
     memcpy(b.data, &h, sizeof h);
-    atomic_fetch_add(&mpri_rt.msgs_sent, 1); /* as mpri_send counts it (termination detection) */
+    mpri_count_sent(dst); /* as mpri_send counts it (termination detection) */
     CHECK(MPI_Send(b.data, (int)b.len, MPI_BYTE, dst, MPRI_TAG_AM, mpri_rt.comm) == MPI_SUCCESS);
     uint8_t data[8] = {1, 2, 3, 4, 5, 6, 7, 8}; /* both tensors' bytes */
     for (uint32_t i = 0; i < batch_count; i++) /* what a sender with that count would send */

@@ -43,14 +43,36 @@ void mpr_init_options_default(mpr_init_options_t *opts);
  * level, named in the detail). */
 mpr_err_t mpr_init(const mpr_init_options_t *opts);
 
-/* graceful: collective; returns once every rank called it and every request,
- * reply and internal message anywhere has been processed (or the shutdown
- * timeout passed: MPR_ERR_TIMEOUT, the runtime is then stopped locally and a
- * self-initialized MPI is not finalized, since a collective of the shutdown
- * is still pending: end such a job with MPI_Abort; a host that initialized
- * MPI keeps using it and finalizes it as usual). Non-graceful: stops this rank now;
- * pending futures fail with MPR_ERR_SHUTDOWN. Afterwards every API call
- * returns MPR_ERR_SHUTDOWN. */
+/* graceful (true): returns once every worker still in the job has called
+ * mpr_shutdown(true) and every request, reply and internal message anywhere
+ * has been processed. Until then this rank keeps serving: its handlers run,
+ * may call other workers and use their RRefs, which stay valid; only new
+ * calls from application threads fail (MPR_ERR_SHUTDOWN). Once the job is
+ * quiescent every UserRRef is deleted and those deletions are completed
+ * before the rank stops; an RRef still leaked then is reported on stderr
+ * ("RRef leak: ..."). Workers that left with mpr_shutdown(false) are not
+ * waited for. If the shutdown timeout passes first: MPR_ERR_TIMEOUT, the
+ * runtime is stopped locally and a self-initialized MPI is not finalized,
+ * since the peers may still send this rank their shutdown reports: end such
+ * a job with MPI_Abort; a host that initialized MPI keeps using it and
+ * finalizes it as usual.
+ *
+ * Non-graceful (false): stops this rank now, without waiting for the other
+ * workers: it tells every peer it leaves, waits (at most a few seconds) for
+ * their acknowledgement, and for handlers already running on it to return
+ * (their replies are dropped), then stops. Its own pending futures fail with
+ * MPR_ERR_SHUTDOWN. What the peers see: their calls to it still waiting fail
+ * at once with MPR_ERR_SHUTDOWN ("<name> (rank r) left the job ... before
+ * replying"), new calls to it fail at once with MPR_ERR_SHUTDOWN ("<name>
+ * (rank r) has left the job"), and their graceful shutdown completes without
+ * it. If mpirpc initialized MPI, MPI_Finalize runs at process exit (it waits
+ * for every rank); mpr_init then fails with MPR_ERR_SHUTDOWN.
+ *
+ * Either way, afterwards every API call returns MPR_ERR_SHUTDOWN, and a
+ * second mpr_shutdown returns MPR_ERR_SHUTDOWN. Called inside a handler or a
+ * future callback (a worker-pool thread), mpr_shutdown returns MPR_ERR_STATE
+ * and changes nothing (the handler's caller still gets its reply): call it
+ * from an application thread. */
 mpr_err_t mpr_shutdown(bool graceful);
 
 /* True between a successful mpr_init and mpr_shutdown. */

@@ -25,8 +25,17 @@
  * UserRRef goes, the owner is told. Using an RRef after its last release is
  * a caller bug; the library detects it on a best-effort basis (MPR_ERR_STATE
  * "used after release") while the handle's memory is still quarantined.
- * After mpr_shutdown() every operation that needs the runtime returns
- * MPR_ERR_SHUTDOWN (graceful shutdown deletes every UserRRef first). */
+ * Shutdown: while a rank is in graceful shutdown, its RRefs stay valid for
+ * its handlers (which still run, call out and receive RRefs) until every
+ * worker has called mpr_shutdown(true) and the whole job is quiescent; then
+ * every UserRRef is deleted (the owners are told and free their values), and
+ * later uses of a handle the application still holds fail with
+ * MPR_ERR_SHUTDOWN "deleted by shutdown". A UserRRef whose owner left the
+ * job (mpr_shutdown(false)) is dropped without a message; an OwnerRRef whose
+ * users were on a rank that left keeps their forks, and the graceful
+ * shutdown's leak report on stderr lists it ("RRef leak: OwnerRRef(r:n)
+ * still has k fork(s)"). After mpr_shutdown() every operation that needs the
+ * runtime returns MPR_ERR_SHUTDOWN. */
 #ifndef MPIRPC_RREF_H
 #define MPIRPC_RREF_H
 
