@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "mpri_assert.h"
+#include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
@@ -50,6 +51,16 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
         if (mpri_read_u32(&r, &code) || mpri_read_blob(&r, &text, &len) || code == 0 ||
             code >= MPR_ERR_COUNT) {
             mpri_future_complete(f, MPR_ERR_DECODE, "malformed error reply", NULL);
+            return;
+        }
+        if (code == MPR_ERR_REMOTE && r.left > 0) { /* the failure's origin follows (mpri_error.h) */
+            mpri_remote_error_t *re = malloc(sizeof *re);
+            if (re && mpri_remote_error_read(&r, re) == MPR_OK)
+                mpri_future_complete_remote(f, re);
+            else
+                mpri_future_complete(f, re ? MPR_ERR_DECODE : MPR_ERR_NOMEM,
+                                     re ? "malformed remote error reply" : "out of memory", NULL);
+            free(re);
             return;
         }
         char *message = strndup(text, len);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_error.h"
 #include "mpri_event.h"
 #include "mpri_pool.h"
 
@@ -34,6 +35,7 @@ struct mpr_future {
     pthread_mutex_t lock;
     mpr_err_t code;
     char *message;
+    mpri_remote_error_t *remote; /* code MPR_ERR_REMOTE: its origin (NULL if unknown) */
     mpr_value_t *value;
     callback_t *callbacks;
 };
@@ -64,6 +66,7 @@ void mpr_future_release(mpr_future_t *f) {
     if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) != 1) return;
     mpr_value_release(f->value);
     free(f->message);
+    free(f->remote);
     callback_t *cb = f->callbacks; /* only when never completed */
     while (cb) {
         callback_t *next = cb->next;
@@ -91,9 +94,15 @@ static void run_deferred(void *arg) {
  * anyway (the future is complete; the callback must see its outcome). */
 static void drop_deferred(void *arg) { run_deferred(arg); }
 
+/* `re`: the origin of a remote failure (code MPR_ERR_REMOTE), or NULL: then
+ * a remote failure passed on as it was read keeps its origin. */
 static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, mpr_value_t *value,
-                          bool defer) {
+                          bool defer, const mpri_remote_error_t *re) {
+    if (!re) re = mpri_remote_error_matching(code, message);
+    mpri_remote_error_t *remote = re ? malloc(sizeof *remote) : NULL;
+    if (remote) *remote = *re;
     if (!f) {
+        free(remote);
         mpr_value_release(value);
         return mpr_error_set(MPR_ERR_INVALID_ARG, "future is NULL");
     }
@@ -101,9 +110,11 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
     if (atomic_load_explicit(&f->state, memory_order_relaxed) != FUTURE_PENDING) {
         pthread_mutex_unlock(&f->lock);
         mpr_value_release(value);
+        free(remote);
         return mpr_error_set(MPR_ERR_STATE, "future already completed");
     }
     f->code = code;
+    f->remote = remote;
     if (code == MPR_OK) {
         f->value = value ? value : mpr_value_new_none();
     } else {
@@ -143,17 +154,17 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
 
 mpr_err_t mpri_future_complete(mpr_future_t *f, mpr_err_t code, const char *message,
                                mpr_value_t *value) {
-    return complete(f, code, message, value, mpri_pool_running());
+    return complete(f, code, message, value, mpri_pool_running(), NULL);
 }
 
 mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value) {
-    return complete(f, MPR_OK, NULL, value, false);
+    return complete(f, MPR_OK, NULL, value, false, NULL);
 }
 
 mpr_err_t mpr_future_set_error(mpr_future_t *f, mpr_err_t code, const char *message) {
     if (code == MPR_OK)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_set_error: code must not be MPR_OK");
-    return complete(f, code, message, NULL, false);
+    return complete(f, code, message, NULL, false, NULL);
 }
 
 bool mpr_future_done(const mpr_future_t *f) {
@@ -168,6 +179,24 @@ mpr_err_t mpr_future_error(const mpr_future_t *f) {
 const char *mpr_future_error_message(const mpr_future_t *f) {
     if (!mpr_future_done(f) || f->code == MPR_OK) return "";
     return f->message;
+}
+
+mpr_err_t mpr_future_remote_code(const mpr_future_t *f) {
+    return mpr_future_done(f) && f->remote ? f->remote->code : MPR_OK;
+}
+
+int mpr_future_error_origin(const mpr_future_t *f) {
+    return mpr_future_done(f) && f->remote ? f->remote->origin_rank : -1;
+}
+
+const mpri_remote_error_t *mpri_future_remote_error(const mpr_future_t *f) {
+    return mpr_future_done(f) ? f->remote : NULL;
+}
+
+mpr_err_t mpri_future_complete_remote(mpr_future_t *f, const mpri_remote_error_t *re) {
+    char text[MPR_ERROR_TEXT_MAX];
+    mpri_remote_error_text(re, text, sizeof text);
+    return complete(f, MPR_ERR_REMOTE, text, NULL, mpri_pool_running(), re);
 }
 
 mpr_value_t *mpri_future_value(const mpr_future_t *f) {
@@ -314,7 +343,7 @@ mpr_err_t mpr_future_wait_all(size_t n, mpr_future_t *const *futures, double tim
 mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value) {
     mpr_err_t e = mpr_future_wait(f, timeout_s);
     if (e) return e;
-    if (f->code != MPR_OK) return mpr_error_set(f->code, "%s", f->message);
+    if (f->code != MPR_OK) return f->remote ? mpri_error_set_remote(f->remote) : mpr_error_set(f->code, "%s", f->message);
     *value = mpr_value_retain(f->value);
     return MPR_OK;
 }

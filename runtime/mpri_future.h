@@ -11,6 +11,14 @@
 mpr_err_t mpri_future_complete(mpr_future_t *f, mpr_err_t code, const char *message,
                                mpr_value_t *value);
 
+/* Complete `f` (as mpri_future_complete) with remote failure `re` (copied):
+ * code MPR_ERR_REMOTE, its text as the message (runtime/mpri_error.h). */
+struct mpri_remote_error;
+mpr_err_t mpri_future_complete_remote(mpr_future_t *f, const struct mpri_remote_error *re);
+/* The origin of a completed future's MPR_ERR_REMOTE failure (borrowed), or
+ * NULL (pending, another outcome, or unknown). */
+const struct mpri_remote_error *mpri_future_remote_error(const mpr_future_t *f);
+
 /* Borrowed result of a completed successful future (NULL otherwise). */
 mpr_value_t *mpri_future_value(const mpr_future_t *f);
 

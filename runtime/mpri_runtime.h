@@ -137,6 +137,9 @@ mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const ch
 mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v);
 /* Reply to `req` with an error. */
 mpr_err_t mpri_reply_error(const mpri_msg_t *req, mpr_err_t code, const char *message);
+/* Reply to `req` with the error of failed future `f`, a remote failure's
+ * origin included (mpri_error.h). */
+mpr_err_t mpri_reply_future_error(const mpri_msg_t *req, const mpr_future_t *f);
 
 /* ---- pending requests (pending.c) ---- */
 mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,

@@ -54,7 +54,9 @@ const char *mpri_msg_kind_name(int kind);
 
 enum {
     MPRI_FLAG_RESPONSE = 1u << 0, /* answers request `request_id` */
-    MPRI_FLAG_ERROR = 1u << 1,    /* body is an error (u32 code + message blob) */
+    MPRI_FLAG_ERROR = 1u << 1,    /* body is an error: u32 code + message blob, then for
+                                   * MPR_ERR_REMOTE its origin (mpri_error.h); readers
+                                   * that stop after the blob still read a whole error */
     MPRI_FLAG_EXPECTS_REPLY = 1u << 2,
 };
 

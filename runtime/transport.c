@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_error.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_runtime.h"
@@ -227,12 +228,15 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
 
 /* ---- replies ---- */
 
+/* Error reply body: u32 code, blob text, and for a remote failure with a
+ * known origin its extension (mpri_error.h). */
 static mpr_err_t reply_error_body(mpri_outmsg_t *m, const mpri_msg_t *req, mpr_err_t code,
-                                  const char *message) {
+                                  const char *message, const mpri_remote_error_t *re) {
     m->hdr.flags = MPRI_FLAG_RESPONSE | MPRI_FLAG_ERROR;
     m->hdr.request_id = req->hdr.request_id;
     mpri_buf_put_u32(&m->body, (uint32_t)code);
     mpri_buf_put_blob(&m->body, message, strlen(message));
+    if (re && code == MPR_ERR_REMOTE) mpri_remote_error_write(&m->body, re);
     return mpri_send(req->src, m);
 }
 
@@ -240,7 +244,14 @@ mpr_err_t mpri_reply_error(const mpri_msg_t *req, mpr_err_t code, const char *me
     if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_EXCEPTION);
-    return reply_error_body(&m, req, code, message ? message : mpr_strerror(code));
+    return reply_error_body(&m, req, code, message ? message : mpr_strerror(code), NULL);
+}
+
+mpr_err_t mpri_reply_future_error(const mpri_msg_t *req, const mpr_future_t *f) {
+    if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
+    mpri_outmsg_t m;
+    mpri_outmsg_init(&m, MPRI_MSG_EXCEPTION);
+    return reply_error_body(&m, req, mpr_future_error(f), mpr_future_error_message(f), mpri_future_remote_error(f));
 }
 
 mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v) {

@@ -17,6 +17,7 @@
 
 #include "mpri_assert.h"
 #include "mpri_call.h"
+#include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
 
@@ -116,7 +117,7 @@ static void finish(in_call_t *c, mpr_future_t *outcome) {
         if (e == MPR_OK)
             mpri_reply_value(c->msg, c->kind->reply_kind, reply);
         else
-            mpri_reply_error(c->msg, e, mpr_future_error_message(outcome));
+            mpri_reply_future_error(c->msg, outcome);
         mpr_future_release(outcome);
     }
     if (c->hooked && hooks.release) hooks.release(c->hook_state);
@@ -137,17 +138,30 @@ static void finish_failed(in_call_t *c, mpr_err_t code, const char *fmt, ...) {
     finish(c, failed_outcome(code, text));
 }
 
-/* A function's outcome: a failure becomes MPR_ERR_REMOTE naming this worker,
- * the function, its code and detail. */
+/* A function's outcome: a failure becomes MPR_ERR_REMOTE with this worker
+ * as its origin, or, passed on from a call the function made, keeps its
+ * origin and gains this hop (runtime/mpri_error.h). */
 static void function_done(mpr_future_t *f, void *arg) {
     in_call_t *c = arg;
     mpr_err_t e = mpr_future_error(f);
     if (e == MPR_OK) return finish(c, f);
-    char text[MPR_ERROR_TEXT_MAX];
-    snprintf(text, sizeof text, "On %s (rank %d): function '%s' failed: %s: %s", self_name(), mpri_rt.rank,
-             c->fn->name, mpr_error_name(e), mpr_future_error_message(f));
+    mpri_remote_error_t *re = malloc(sizeof *re);
+    if (!re) {
+        mpr_future_release(f);
+        return finish(c, NULL);
+    }
+    const mpri_remote_error_t *passed = mpri_future_remote_error(f);
+    if (passed) { /* a remote failure the function passed on: one hop more */
+        *re = *passed;
+        mpri_remote_error_pass(re, self_name(), c->fn->name);
+    } else {
+        mpri_remote_error_init(re, self_name(), mpri_rt.rank, c->fn->name, e, mpr_future_error_message(f));
+    }
     mpr_future_release(f);
-    finish(c, failed_outcome(MPR_ERR_REMOTE, text));
+    mpr_future_t *out = mpr_future_create();
+    if (out) mpri_future_complete_remote(out, re);
+    free(re);
+    finish(c, out);
 }
 
 static void run(in_call_t *c) {

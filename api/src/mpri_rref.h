@@ -81,6 +81,7 @@ struct mpr_rref {
     bool delete_due;   /* swept while PENDING: the USER_DELETE goes when it leaves PENDING */
     mpr_err_t err;
     char *errmsg;
+    struct mpri_remote_error *remote; /* err MPR_ERR_REMOTE: its origin, or NULL */
     mpr_future_t *ready; /* completes when the user leaves PENDING (NULL if born confirmed) */
     struct mpr_rref *prev, *next; /* live user handles */
 };
@@ -113,7 +114,9 @@ mpr_rref_t *mpri_rref_new_user(mpri_gid_t id, int owner_rank, mpri_gid_t fork, i
 /* MPR_OK if `r` is a live handle, else MPR_ERR_INVALID_ARG / MPR_ERR_STATE. */
 mpr_err_t mpri_rref_check(const mpr_rref_t *r, const char *what);
 /* User state transitions PENDING -> CONFIRMED / FAILED (lock taken inside;
- * no-ops in any other state); they drop the pending state's reference. */
+ * no-ops in any other state); they drop the pending state's reference. A
+ * failure passed on as the thread's last remote error keeps its origin
+ * (mpri_error.h), which mpri_rref_user_error reports again. */
 void mpri_rref_user_confirm(mpr_rref_t *r);
 void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message);
 /* The creation error of a failed user, copied into the thread's error. */

@@ -9,10 +9,12 @@
  * the ids are read, before anything can fail (its user will send a delete
  * whatever the outcome); the owner record's creation completes exactly once,
  * in settle, before the reply, with the value or the same error the caller
- * gets. */
+ * gets (a remote failure with its origin: set as the thread's error first,
+ * mpr_future_set_error keeps it). */
 #include <stdlib.h>
 
 #include "mpri_call.h"
+#include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
 
@@ -34,6 +36,8 @@ static const mpr_value_t *remote_settle(void *state, mpr_future_t *outcome) {
         mpri_owner_set_value(o, MPR_ERR_NOMEM, "remote call: out of memory", NULL);
     else if (mpr_future_error(outcome) == MPR_OK)
         mpri_owner_set_value(o, MPR_OK, NULL, mpri_future_value(outcome));
+    else if (mpri_future_remote_error(outcome)) /* the owner's value keeps the failure's origin: */
+        mpri_owner_set_value(o, mpri_error_set_remote(mpri_future_remote_error(outcome)), mpr_last_error(), NULL);
     else
         mpri_owner_set_value(o, mpr_future_error(outcome), mpr_future_error_message(outcome), NULL);
     mpri_owner_release(o);

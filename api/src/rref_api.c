@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
 #include "mpri_runtime.h"
@@ -36,6 +37,7 @@ static void creation_done(mpr_future_t *f, void *arg) {
                 c->user->owner_knows = false;
                 pthread_mutex_unlock(&CTX.lock);
             }
+            if (mpri_future_remote_error(f)) mpri_error_set_remote(mpri_future_remote_error(f)); /* kept by the user */
             mpri_rref_user_fail(c->user, e, mpr_future_error_message(f));
         }
         mpr_rref_release(c->user);

@@ -60,6 +60,7 @@
 #include <sys/types.h>
 
 #include "mpri_assert.h"
+#include "mpri_error.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
@@ -416,6 +417,8 @@ mpr_rref_t *mpr_rref_retain(mpr_rref_t *r) {
 static void handle_free(mpr_rref_t *r) {
     free(r->errmsg);
     r->errmsg = NULL;
+    free(r->remote);
+    r->remote = NULL;
     mpr_future_release(r->ready);
     r->ready = NULL;
     r->magic = MPRI_RREF_DEAD;
@@ -463,15 +466,20 @@ void mpr_rref_release(mpr_rref_t *r) {
 }
 
 static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *message) {
+    const mpri_remote_error_t *re = state == USER_FAILED ? mpri_remote_error_matching(code, message) : NULL;
+    mpri_remote_error_t *remote = re ? malloc(sizeof *remote) : NULL;
+    if (remote) *remote = *re;
     pthread_mutex_lock(&CTX.lock);
     if (r->state != USER_PENDING) {
         pthread_mutex_unlock(&CTX.lock);
+        free(remote);
         return false;
     }
     user_set_state_locked(r, state);
     if (state == USER_FAILED) {
         r->err = code;
         r->errmsg = strdup(message && *message ? message : mpr_strerror(code));
+        r->remote = remote;
     }
     CTX.pending_users--;
     /* Swept by shutdown while PENDING: now that the owner's view is known,
@@ -497,7 +505,14 @@ mpr_err_t mpri_rref_user_error(mpr_rref_t *r) {
     mpr_err_t code = r->err ? r->err : MPR_ERR_STATE;
     char text[MPR_ERROR_TEXT_MAX];
     snprintf(text, sizeof text, "%s", r->errmsg ? r->errmsg : "RRef creation failed");
+    mpri_remote_error_t *remote = r->remote ? malloc(sizeof *remote) : NULL;
+    if (remote) *remote = *r->remote;
     pthread_mutex_unlock(&CTX.lock);
+    if (remote) {
+        mpri_error_set_remote(remote);
+        free(remote);
+        return MPR_ERR_REMOTE;
+    }
     return mpr_error_set(code, "%s", text);
 }
 

@@ -388,7 +388,7 @@ static void fetch_reply(mpr_future_t *value, void *arg) {
     if (e == MPR_OK)
         mpri_reply_value(q->msg, MPRI_MSG_RREF_FETCH_RET, mpri_future_value(value));
     else
-        mpri_reply_error(q->msg, e, mpr_future_error_message(value));
+        mpri_reply_future_error(q->msg, value); /* a remote failure keeps its origin */
     mpri_msg_done(q->msg);
     mpri_owner_release(q->owner);
     free(q);

@@ -7,15 +7,16 @@
  *   2. no tensors: stray bytes after the body are rejected; otherwise
  *      mpri_tensor_descs_decode allocates the (empty) tensors and their
  *      batch plan must cover them in order and match the header's count;
- *   3. the body: an error reply (FLAG_ERROR: u32 code + blob) as
- *      complete_from_response reads it, or one value through
+ *   3. the body: an error reply (FLAG_ERROR: u32 code + blob, for
+ *      MPR_ERR_REMOTE its origin) as dispatch.c reads it, or one value through
  *      mpri_msg_decode_value, after the prefix the handler skips (CALL:
  *      u16 name length + name; REMOTE_CALL: the same + rref id + fork id);
  *   4. a decoded value is re-encoded and decoded again and must compare equal;
  *   5. everything is released (LeakSanitizer checks at exit; the live tensor
  *      count is checked after every input).
  *
- * RRef values: the RRef decoder registered by api/src/rref_proto.c is fuzzed
+ * RRef values: the RRef decoder that api/src/rref_proto.c registers in the
+ * api layer's init (mpri_api_init, called by LLVMFuzzerInitialize) is fuzzed
  * too, in a fake 4-rank world without MPI (mpri_rt.rank 0, size 4, state
  * UNINIT: the decoder's control messages are not sent, exactly as after a
  * shutdown). The sending rank is hdr.data_tag % 4 (a harness convention: the
@@ -37,6 +38,8 @@
 #include <string.h>
 
 #include "mpri_codec.h"
+#include "mpri_error.h"
+#include "mpri_init.h"
 #include "mpri_registry.h"
 #include "mpri_rref.h"
 #include "mpri_runtime.h"
@@ -57,6 +60,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     mpri_rt.rank = 0;
     mpri_rt.size = FUZZ_WORLD_SIZE;
+    if (mpri_api_init() != MPR_OK) __builtin_trap(); /* the RRef value decoder and after-stop hook */
     return 0;
 }
 
@@ -148,6 +152,11 @@ static void decode_body(const mpri_msg_t *msg) {
         if (mpri_read_u32(&r, &code) || mpri_read_blob(&r, &text, &len)) return;
         char *message = strndup(text, len);
         free(message);
+        if (code == MPR_ERR_REMOTE && r.left > 0) { /* the origin, as dispatch.c reads it */
+            mpri_remote_error_t re;
+            if (mpri_remote_error_read(&r, &re) == MPR_OK)
+                CHECK(re.code != MPR_OK && re.code != MPR_ERR_REMOTE && re.hops >= 1 && re.origin_rank >= 0);
+        }
         return;
     }
     size_t skip;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mpri_codec.h"
+#include "mpri_error.h"
 #include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
@@ -133,6 +134,19 @@ int main(int argc, char **argv) {
     mpri_buf_put_u32(&body, MPR_ERR_DECODE);
     mpri_buf_put_blob(&body, "boom", 4);
     write_msg("error_reply", MPRI_MSG_EXCEPTION, MPRI_FLAG_RESPONSE | MPRI_FLAG_ERROR, 1, &body, NULL);
+    mpri_buf_fini(&body);
+
+    /* remote error reply: MPR_ERR_REMOTE, its text, then its origin */
+    mpri_remote_error_t re;
+    mpri_remote_error_init(&re, "worker2", 2, "g", MPR_ERR_NOT_FOUND, "no key");
+    mpri_remote_error_pass(&re, "worker1", "f");
+    char text[MPR_ERROR_TEXT_MAX];
+    mpri_remote_error_text(&re, text, sizeof text);
+    mpri_buf_init(&body);
+    mpri_buf_put_u32(&body, MPR_ERR_REMOTE);
+    mpri_buf_put_blob(&body, text, strlen(text));
+    mpri_remote_error_write(&body, &re);
+    write_msg("remote_error_reply", MPRI_MSG_EXCEPTION, MPRI_FLAG_RESPONSE | MPRI_FLAG_ERROR, 1, &body, NULL);
     mpri_buf_fini(&body);
 
     mpr_tensor_release(t);

@@ -66,6 +66,34 @@ mpr_err_t mpr_error_set(mpr_err_t code, const char *fmt, ...)
 /* Forget the calling thread's last failure. */
 void mpr_error_clear(void);
 
+/* ---- remote failures ----
+ * A function that fails on another worker (or on this one, called through
+ * rpc/remote) fails the call with MPR_ERR_REMOTE: that code means "the
+ * function failed", whatever it failed with, so a remote MPR_ERR_TIMEOUT is
+ * never mistaken for the call's own timeout. What it failed with is kept:
+ *  - mpr_last_error_remote_code(): the function's own code on the worker
+ *    where the failure started (its origin), e.g. MPR_ERR_NOT_FOUND;
+ *  - mpr_last_error_origin(): that worker's rank;
+ *  - mpr_last_error(): "On worker2 (rank 2): function 'g' failed:
+ *    MPR_ERR_NOT_FOUND: <its detail>", and for a nested chain (A calls f on
+ *    B, f calls g on C, g fails and f passes the failure on) the same text
+ *    once, followed by " (call chain: worker1 'f' -> worker2 'g')".
+ * A function passes a remote failure on by returning MPR_ERR_REMOTE while it
+ * is still the thread's last error (e.g. `if (e) return e;` after
+ * mpr_rpc_sync, or mpr_future_set_error(out, code, mpr_last_error())); a
+ * function that sets a new error instead (mpr_error_set) is the new origin.
+ * Futures report the same: mpr_future_get sets all three, and
+ * mpr_future_remote_code / mpr_future_error_origin (future.h) read them
+ * without waiting. Unknown functions and undecodable calls are not remote
+ * failures: they keep their own codes (MPR_ERR_UNKNOWN_FUNCTION, ...). */
+
+/* When the calling thread's last failure is MPR_ERR_REMOTE: the code the
+ * function failed with on its origin worker; otherwise MPR_OK. */
+mpr_err_t mpr_last_error_remote_code(void);
+/* When the calling thread's last failure is MPR_ERR_REMOTE: the rank of the
+ * worker where it started; otherwise -1. */
+int mpr_last_error_origin(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,7 +39,9 @@ void mpr_future_release(mpr_future_t *f);
  * MPR_ERR_STATE if already completed (the value is released). */
 mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value);
 /* Complete with an error; `message` is copied (NULL: the code's text). `code`
- * must not be MPR_OK. MPR_ERR_STATE if already completed. */
+ * must not be MPR_OK. MPR_ERR_STATE if already completed. Passing on the
+ * thread's last failure as it is (code MPR_ERR_REMOTE and message
+ * mpr_last_error()) keeps its remote code and origin (error.h). */
 mpr_err_t mpr_future_set_error(mpr_future_t *f, mpr_err_t code, const char *message);
 
 bool mpr_future_done(const mpr_future_t *f);
@@ -51,13 +53,19 @@ bool mpr_future_done(const mpr_future_t *f);
 mpr_err_t mpr_future_wait(mpr_future_t *f, double timeout_s);
 
 /* Wait, then return the outcome: MPR_OK with a new reference in *value, or the
- * error code (mpr_last_error() holds the future's error message). */
+ * error code (mpr_last_error() holds the future's error message; for
+ * MPR_ERR_REMOTE, mpr_last_error_remote_code()/_origin() its origin). */
 mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value);
 
 /* Outcome of a completed future (MPR_ERR_STATE if still pending). */
 mpr_err_t mpr_future_error(const mpr_future_t *f);
 /* Error message of a completed failed future; "" otherwise. Borrowed. */
 const char *mpr_future_error_message(const mpr_future_t *f);
+/* A completed future failed with MPR_ERR_REMOTE: the code the function
+ * failed with on its origin worker, and that worker's rank (error.h);
+ * otherwise (pending, succeeded, another error, NULL) MPR_OK and -1. */
+mpr_err_t mpr_future_remote_code(const mpr_future_t *f);
+int mpr_future_error_origin(const mpr_future_t *f);
 
 /* Callback for mpr_future_then(): `parent` is completed (borrowed). Return
  * MPR_OK and put a new reference (or NULL for none) in *result, or return an
