@@ -2,13 +2,17 @@
  *
  * States: PENDING -> DONE, exactly once, under the future's lock; the result
  * fields are written before `state` is released and never change afterwards,
- * so readers that observed DONE read them without the lock.
+ * so readers that observed DONE read them without the lock. In DONE, either
+ * `value` is set (code MPR_OK) or `message` may be (an error), and no
+ * callback is left; check_future() asserts this (Debug builds) at every
+ * transition, and the reference count never goes below zero (every build).
  * Callbacks registered while PENDING run after completion: inline for user
  * completions, on the worker pool for runtime completions (the progress
  * thread and pollers never run user code). Waiting spins briefly while
  * helping the runtime progress (the waiter polls MPI itself, so on a 2-core
  * machine no second thread has to spin for it), then sleeps on the global
- * event with short timeouts. */
+ * event with short timeouts. This file reaches the pool and the progress
+ * code only through the hooks the runtime installs (mpri_wait_hooks_t). */
 #include "mpri_future.h"
 
 #include <pthread.h>
@@ -18,8 +22,8 @@
 #include <string.h>
 
 #include "mpri_error.h"
+#include "mpri_assert.h"
 #include "mpri_event.h"
-#include "mpri_pool.h"
 
 enum { FUTURE_PENDING = 0, FUTURE_DONE = 1 };
 
@@ -40,9 +44,24 @@ struct mpr_future {
     callback_t *callbacks;
 };
 
-static const mpri_wait_hooks_t *wait_hooks;
+static _Atomic(const mpri_wait_hooks_t *) hooks_installed;
 
-void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks) { wait_hooks = hooks; }
+void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks) { atomic_store(&hooks_installed, hooks); }
+
+/* The state invariants (see the top of the file). Call with f->lock held, or
+ * on a future no other thread can reach. */
+static void check_future(const mpr_future_t *f) {
+    if (!MPRI_DEBUG_CHECKS) return;
+    int state = atomic_load_explicit(&((mpr_future_t *)f)->state, memory_order_relaxed);
+    MPRI_DEBUG_ASSERT(state == FUTURE_PENDING || state == FUTURE_DONE, "a future is PENDING or DONE");
+    if (state == FUTURE_PENDING) {
+        MPRI_DEBUG_ASSERT(!f->value && !f->message && f->code == MPR_OK, "a pending future has no result yet");
+    } else {
+        MPRI_DEBUG_ASSERT(!f->callbacks, "completion takes every callback");
+        MPRI_DEBUG_ASSERT(f->code == MPR_OK ? f->value && !f->message : !f->value,
+                          "a done future holds a value (success) or an error, not both");
+    }
+}
 
 mpr_future_t *mpr_future_create(void) {
     mpr_future_t *f = calloc(1, sizeof *f);
@@ -57,13 +76,19 @@ mpr_future_t *mpr_future_create(void) {
 }
 
 mpr_future_t *mpr_future_retain(mpr_future_t *f) {
-    if (f) atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
+    if (f) {
+        long before = atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
+        MPRI_ASSERT(before > 0, "retain of a released future");
+    }
     return f;
 }
 
 void mpr_future_release(mpr_future_t *f) {
     if (!f) return;
-    if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) != 1) return;
+    long before = atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel);
+    MPRI_ASSERT(before > 0, "future released more often than retained");
+    if (before != 1) return;
+    check_future(f);
     mpr_value_release(f->value);
     free(f->message);
     free(f->remote);
@@ -101,12 +126,14 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
     if (!re) re = mpri_remote_error_matching(code, message);
     mpri_remote_error_t *remote = re ? malloc(sizeof *remote) : NULL;
     if (remote) *remote = *re;
+    const mpri_wait_hooks_t *hooks = defer ? atomic_load(&hooks_installed) : NULL;
     if (!f) {
         free(remote);
         mpr_value_release(value);
         return mpr_error_set(MPR_ERR_INVALID_ARG, "future is NULL");
     }
     pthread_mutex_lock(&f->lock);
+    check_future(f);
     if (atomic_load_explicit(&f->state, memory_order_relaxed) != FUTURE_PENDING) {
         pthread_mutex_unlock(&f->lock);
         mpr_value_release(value);
@@ -124,6 +151,7 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
     callback_t *cbs = f->callbacks;
     f->callbacks = NULL;
     atomic_store_explicit(&f->state, FUTURE_DONE, memory_order_release);
+    check_future(f);
     pthread_mutex_unlock(&f->lock);
     mpri_event_signal();
 
@@ -138,11 +166,11 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
     while (ordered) {
         callback_t *cb = ordered;
         ordered = cb->next;
-        deferred_t *d = defer ? malloc(sizeof *d) : NULL;
+        deferred_t *d = hooks ? malloc(sizeof *d) : NULL;
         if (d) {
             d->cb = cb;
             d->f = mpr_future_retain(f);
-            if (mpri_pool_submit(run_deferred, drop_deferred, d) == MPR_OK) continue;
+            if (hooks->defer(run_deferred, drop_deferred, d)) continue;
             mpr_future_release(f);
             free(d);
         }
@@ -154,7 +182,7 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
 
 mpr_err_t mpri_future_complete(mpr_future_t *f, mpr_err_t code, const char *message,
                                mpr_value_t *value) {
-    return complete(f, code, message, value, mpri_pool_running(), NULL);
+    return complete(f, code, message, value, true, NULL);
 }
 
 mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value) {
@@ -273,6 +301,7 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
 
 /* Wait until every future in `fs` is done. */
 static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) {
+    const mpri_wait_hooks_t *wait_hooks = atomic_load(&hooks_installed);
     int64_t start = mpri_now_ns();
     int64_t deadline = timeout_s > 0 ? start + (int64_t)(timeout_s * 1e9) : 0;
     bool active = false;
@@ -294,12 +323,12 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) 
         /* A pool thread runs queued work while it waits (nested calls cannot
          * exhaust the pool). It gives up the active-poller role first: the
          * task may take long, and the progress thread must poll meanwhile. */
-        if (mpri_on_pool_thread() && mpri_pool_queued() > 0) {
+        if (wait_hooks && wait_hooks->pool_work_waiting()) {
             if (active) {
                 wait_hooks->leave();
                 active = false;
             }
-            if (mpri_pool_try_run_one()) continue;
+            if (wait_hooks->run_pool_task()) continue;
         }
         if (wait_hooks && now - start < WAIT_ACTIVE_NS) {
             if (!active) {

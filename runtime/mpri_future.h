@@ -26,12 +26,20 @@ mpr_value_t *mpri_future_value(const mpr_future_t *f);
  * has; otherwise as mpr_future_then's callbacks run). */
 mpr_err_t mpri_future_on_complete(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg), void *arg);
 
-/* Hooks the runtime installs so waits drive progress and observe shutdown. */
+/* Hooks the runtime installs (progress.c, at start) so waits drive progress
+ * and observe shutdown, and callbacks go to the worker pool: future.c knows
+ * neither the pool nor the progress code, only these. Before they are
+ * installed, waits only sleep and callbacks run inline. */
 typedef struct mpri_wait_hooks {
     void (*enter)(void);  /* a thread starts actively waiting */
     void (*leave)(void);  /* ... and stops */
-    bool (*help)(void);   /* poll once / run a task; true if something happened */
+    bool (*help)(void);   /* poll once; true if something happened */
     bool (*stopped)(void);/* the runtime has shut down */
+    /* Queue fn(arg) on the pool (drop(arg) if the pool stops first); false
+     * if it cannot (the pool is not running): the caller runs it inline. */
+    bool (*defer)(void (*fn)(void *), void (*drop)(void *), void *arg);
+    bool (*pool_work_waiting)(void); /* on a pool thread, with tasks queued */
+    bool (*run_pool_task)(void);     /* run one queued task; true if it did */
 } mpri_wait_hooks_t;
 void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks);
 

@@ -23,6 +23,16 @@ void mpri_pool_stop(void);
  * pool stops before running it. Returns MPR_ERR_NOMEM if the queue cannot grow. */
 mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg);
 
+/* How an idle worker polls the runtime (progress.c installs it; the pool
+ * knows nothing of progress): enter/leave bracket a polling stretch, poll
+ * returns the events handled. Until installed, idle workers only spin. */
+typedef struct mpri_pool_poller {
+    void (*enter)(void);
+    void (*leave)(void);
+    int (*poll)(void);
+} mpri_pool_poller_t;
+void mpri_pool_set_poller(const mpri_pool_poller_t *poller);
+
 /* Run one queued task in the calling thread, if any. */
 bool mpri_pool_try_run_one(void);
 

@@ -89,10 +89,23 @@ typedef struct mpri_outmsg {
 
 void mpri_outmsg_init(mpri_outmsg_t *m, int kind);
 void mpri_outmsg_fini(mpri_outmsg_t *m);
-/* Send `m` to `dst` (self included: delivered without MPI). Consumes `m`
- * whatever the outcome. Blocks until MPI no longer needs the buffers unless
- * called from the progress context, where completion is tracked by polling. */
+/* Send `m` to `dst` (self included: queued in the local inbox, no MPI).
+ * Consumes `m` whatever the outcome. Never blocks: what MPI has not finished
+ * at return stays in flight (owning the bytes and tensor references) and is
+ * completed by polling; past `give_up_ns` (0: never) it is abandoned
+ * (transport.c). mpri_send gives up after the default timeout. */
 mpr_err_t mpri_send(int dst, mpri_outmsg_t *m);
+mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns);
+/* Test the sends in flight (the progress context calls it); returns how many
+ * completed. */
+int mpri_transport_progress_sends(int64_t now_ns);
+/* Sends in flight not yet abandoned (busy work), and abandoned ones. */
+long mpri_transport_sends_in_flight(void);
+long mpri_transport_sends_abandoned(void);
+/* Next message sent to ourselves, or NULL (the poller dispatches it). */
+struct mpri_msg *mpri_transport_take_local(void);
+/* At stop: test the sends once more, park the rest, drop the local inbox. */
+void mpri_transport_stop(void);
 
 /* ---- incoming messages ---- */
 typedef struct mpri_msg {
@@ -128,10 +141,12 @@ mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
  * message; never blocks. */
 void mpri_dispatch(mpri_msg_t *msg);
 
-/* ---- requests and replies ---- */
+/* ---- requests (request.c) and replies (transport.c) ---- */
 /* Send request `m` to `dst` and return a future for its reply (new
  * reference). timeout_s: < 0 the default, 0 none. `label` names the request
- * in timeout/error messages (e.g. the function name). Consumes `m`. */
+ * in timeout/error messages (e.g. the function name). Consumes `m`. Never
+ * blocks: the future fails with MPR_ERR_TIMEOUT within a few milliseconds
+ * of the deadline, whatever MPI is doing (pending.c's timer). */
 mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const char *label);
 /* Reply to `req` with a value (ownership kept by the caller). */
 mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v);
@@ -147,6 +162,10 @@ mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, in
 /* Remove and return the future (its reference passes to the caller), or NULL. */
 mpr_future_t *mpri_pending_take(uint64_t id);
 void mpri_pending_expire(int64_t now_ns);
+/* The timer thread that expires deadlines on time, whoever holds the poll
+ * lock (started and stopped with the progress thread). */
+mpr_err_t mpri_pending_timer_start(void);
+void mpri_pending_timer_stop(void);
 /* Complete every pending future with `code` (shutdown). */
 void mpri_pending_fail_all(mpr_err_t code, const char *message);
 /* Complete the pending futures of requests sent to `dst` (it left). */
@@ -164,9 +183,8 @@ void mpri_progress_waiter_enter(void);
 void mpri_progress_waiter_leave(void);
 /* True on the progress thread or inside a poll (where blocking is forbidden). */
 bool mpri_in_progress_context(void);
-/* Track a send that must complete in the background (progress context). */
-void mpri_progress_track_send(MPI_Request *reqs, int n, void *buf, mpri_tensor_list_t *tensors);
-/* Incoming messages still assembling plus sends still in flight. */
+/* Incoming messages still assembling or being drained, plus sends in flight
+ * not yet abandoned. */
 long mpri_progress_busy(void);
 
 /* Text of an MPI error code. */

@@ -1,15 +1,23 @@
-/* pending.c — requests awaiting a reply: id -> (future, deadline, peer, label).
+/* pending.c — requests awaiting a reply: id -> (future, deadline, peer,
+ * label), and the timer thread that fails them when their deadline passes.
  *
  * Invariants: an entry is removed exactly once — by the reply, by its
  * deadline, by a failed send, or at shutdown — and whoever removes it
  * completes the future, so a late reply finds nothing and is dropped.
- * Deadlines are checked by whichever thread polls (about every millisecond);
- * only entries with a deadline are scanned. */
+ * Deadlines are expired by a thread of their own that sleeps until the
+ * earliest one (re-armed when an earlier one is added), so a call's timeout
+ * fires on time whatever the polling threads are doing (a poll stuck in a
+ * long MPI copy holds nobody's deadline back). `earliest_ns` is never later
+ * than the earliest deadline in the table (it may be earlier, stale, after
+ * its entry left: one scan then recomputes it); only a scan that finds an
+ * expired entry walks the buckets. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "mpri_assert.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_runtime.h"
@@ -28,6 +36,9 @@ typedef struct entry {
 
 static struct {
     pthread_mutex_t lock;
+    pthread_cond_t timer_cond; /* CLOCK_MONOTONIC; signalled for an earlier deadline or stop */
+    pthread_t timer;
+    bool timer_running, timer_stop;
     entry_t *buckets[NBUCKETS];
     entry_t *free_list;
     long count, with_deadline;
@@ -63,7 +74,10 @@ mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, in
     table.count++;
     if (deadline_ns) {
         table.with_deadline++;
-        if (table.earliest_ns == 0 || deadline_ns < table.earliest_ns) table.earliest_ns = deadline_ns;
+        if (table.earliest_ns == 0 || deadline_ns < table.earliest_ns) {
+            table.earliest_ns = deadline_ns;
+            if (table.timer_running) pthread_cond_signal(&table.timer_cond); /* sleep less */
+        }
     }
     pthread_mutex_unlock(&table.lock);
     return MPR_OK;
@@ -187,4 +201,61 @@ void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message) {
         recycle_locked(e);
         pthread_mutex_unlock(&table.lock);
     }
+}
+
+/* ---- the timer thread ---- */
+
+#define TIMER_IDLE_NS 1000000000LL /* re-check at least once a second */
+
+static void *timer_main(void *unused) {
+    pthread_mutex_lock(&table.lock);
+    while (!table.timer_stop) {
+        int64_t now = mpri_now_ns();
+        int64_t wake = table.with_deadline && table.earliest_ns ? table.earliest_ns : now + TIMER_IDLE_NS;
+        if (wake > now) {
+            struct timespec ts = {.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL};
+            pthread_cond_timedwait(&table.timer_cond, &table.lock, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&table.lock);
+        mpri_pending_expire(now);
+        pthread_mutex_lock(&table.lock);
+    }
+    pthread_mutex_unlock(&table.lock);
+    return NULL;
+}
+
+mpr_err_t mpri_pending_timer_start(void) {
+    pthread_mutex_lock(&table.lock);
+    MPRI_ASSERT(!table.timer_running, "the deadline timer is started once per run");
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&table.timer_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    table.timer_stop = false;
+    bool ok = pthread_create(&table.timer, NULL, timer_main, NULL) == 0;
+    table.timer_running = ok;
+    pthread_mutex_unlock(&table.lock);
+    if (!ok) {
+        pthread_cond_destroy(&table.timer_cond);
+        return mpr_error_set(MPR_ERR_NOMEM, "cannot start the deadline timer thread");
+    }
+    return MPR_OK;
+}
+
+void mpri_pending_timer_stop(void) {
+    pthread_mutex_lock(&table.lock);
+    if (!table.timer_running) {
+        pthread_mutex_unlock(&table.lock);
+        return;
+    }
+    table.timer_stop = true;
+    pthread_cond_signal(&table.timer_cond);
+    pthread_mutex_unlock(&table.lock);
+    pthread_join(table.timer, NULL);
+    pthread_mutex_lock(&table.lock);
+    table.timer_running = false;
+    pthread_mutex_unlock(&table.lock);
+    pthread_cond_destroy(&table.timer_cond);
 }

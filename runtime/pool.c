@@ -15,7 +15,6 @@
 #include <stdlib.h>
 
 #include "mpri_event.h"
-#include "mpri_runtime.h"
 
 typedef struct {
     mpri_task_fn_t fn, drop;
@@ -37,6 +36,10 @@ static struct {
     pthread_t *threads;
     int nthreads;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static _Atomic(const mpri_pool_poller_t *) poller_hooks;
+
+void mpri_pool_set_poller(const mpri_pool_poller_t *poller) { atomic_store(&poller_hooks, poller); }
 
 static _Thread_local bool is_pool_thread;
 static _Thread_local int task_depth; /* > 0 while this thread runs a task */
@@ -85,13 +88,14 @@ bool mpri_pool_try_run_one(void) {
 static void idle_spin(void) {
     int64_t idle_since = mpri_now_ns();
     bool expected = false;
-    bool poller = atomic_compare_exchange_strong(&pool.poller_taken, &expected, true);
-    if (poller) mpri_progress_waiter_enter();
+    const mpri_pool_poller_t *hooks = atomic_load(&poller_hooks);
+    bool poller = hooks && atomic_compare_exchange_strong(&pool.poller_taken, &expected, true);
+    if (poller) hooks->enter();
     atomic_fetch_add(&pool.spinning, 1);
     while (atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0 &&
            mpri_now_ns() - idle_since < (poller ? POOL_POLL_NS : POOL_SPIN_NS) &&
            !atomic_load(&pool.stopping)) {
-        if (poller && mpri_progress_poll() > 0) continue;
+        if (poller && hooks->poll() > 0) continue;
         /* Keep the core for a short while (a reply usually brings the next
          * request within microseconds; a yield on a loaded machine can cost a
          * whole time slice), then be polite. */
@@ -102,7 +106,7 @@ static void idle_spin(void) {
     }
     atomic_fetch_sub(&pool.spinning, 1);
     if (poller) {
-        mpri_progress_waiter_leave();
+        hooks->leave();
         atomic_store(&pool.poller_taken, false);
     }
 }

@@ -1,11 +1,18 @@
-/* progress.c — the receive side: polling MPI for active messages, assembling
- * their tensor data, completing tracked sends, expiring timeouts; the
- * dedicated progress thread; the hooks that let waiting threads poll.
+/* progress.c — the receive side: polling MPI for active messages (and the
+ * local inbox), assembling their tensor data, draining the data of rejected
+ * messages, driving the sends in flight (transport.c); the dedicated progress
+ * thread; the hooks that let waiting threads and idle pool workers poll.
  *
  * Invariants:
- * - Only one thread polls at a time (poll_lock, taken with trylock, never
- *   held across a blocking MPI call: Improbe/Mrecv of a matched message,
- *   Irecv and Test* do not block).
+ * - Only one thread polls at a time (poll_lock, taken with trylock: no thread
+ *   ever waits for it). Inside a poll only non-blocking MPI calls are made
+ *   (Improbe, Irecv, Isend, Test*), plus Mrecv of a message Improbe already
+ *   matched. (Open MPI may still copy a large matched message inside Irecv
+ *   or Mrecv; that is a copy, not a wait for a peer.)
+ * - The data of a rejected message (bad descriptors, wrong batch count) is
+ *   drained without blocking: each poll receives what has arrived of it, and
+ *   the drain gives up after the announced count or DRAIN_NS, whichever
+ *   comes first, so a sender announcing more than it sends costs nothing.
  * - A thread waiting on a future polls for itself while it waits actively,
  *   an idle pool worker polls between requests, and a caller polls once after
  *   each send; meanwhile (active_waiters > 0, or another thread polled in the
@@ -14,8 +21,9 @@
  * - The progress thread backs off when idle: spin, then yield, then sleep in
  *   growing steps up to 1 ms, so an idle rank uses well under 5% of a core.
  * - Code running in the progress context (the progress thread, or any thread
- *   inside a poll) never blocks: its sends are tracked here, and future
- *   callbacks it triggers go to the worker pool. */
+ *   inside a poll) never blocks: sends never do (transport.c), and future
+ *   callbacks it triggers go to the worker pool.
+ * - Deadlines are not checked here: pending.c's timer thread expires them. */
 #include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -31,107 +39,81 @@
 #include "mpri_runtime.h"
 #include "mpri_tensor_batches.h"
 
-typedef struct tracked_send {
-    MPI_Request *reqs;
-    int n;
-    void *buf;
-    mpri_tensor_list_t tensors;
-    struct tracked_send *next;
-} tracked_send_t;
+/* The data messages of a rejected message, still to be received and
+ * discarded (at most `left` more, until `give_up_ns`). */
+typedef struct drain {
+    int src, tag;
+    uint32_t left;
+    int64_t give_up_ns;
+    struct drain *next;
+} drain_t;
+
+#define DRAIN_NS 10000000000LL /* a rejected message's data is awaited 10 s at most */
 
 static struct {
     pthread_mutex_t poll_lock;
-    pthread_mutex_t sends_lock;
-    tracked_send_t *sends;
     mpri_msg_t *assembling; /* guarded by poll_lock */
-    atomic_long busy;       /* assembling + tracked sends */
+    drain_t *draining;      /* guarded by poll_lock */
+    atomic_long busy;       /* assembling + draining */
     atomic_int active_waiters;
     atomic_bool stop;
     atomic_int_fast64_t last_other_poll_ns; /* when a thread other than ours last polled */
     pthread_t thread;
     bool thread_started;
-    int64_t last_expire_ns;
-} prog = {.poll_lock = PTHREAD_MUTEX_INITIALIZER, .sends_lock = PTHREAD_MUTEX_INITIALIZER};
+} prog = {.poll_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local bool in_progress_context;
 static _Thread_local bool is_progress_thread;
 
 bool mpri_in_progress_context(void) { return in_progress_context; }
-long mpri_progress_busy(void) { return atomic_load(&prog.busy); }
+long mpri_progress_busy(void) { return atomic_load(&prog.busy) + mpri_transport_sends_in_flight(); }
 
-void mpri_progress_track_send(MPI_Request *reqs, int n, void *buf, mpri_tensor_list_t *tensors) {
-    tracked_send_t *s = malloc(sizeof *s);
-    if (!s) { /* no memory to track it: finish it here (rare, small messages) */
-        MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
-        free(reqs);
-        free(buf);
-        mpri_tensor_list_fini(tensors);
-        return;
-    }
-    s->reqs = reqs;
-    s->n = n;
-    s->buf = buf;
-    s->tensors = *tensors;
-    atomic_fetch_add(&prog.busy, 1);
-    pthread_mutex_lock(&prog.sends_lock);
-    s->next = prog.sends;
-    prog.sends = s;
-    pthread_mutex_unlock(&prog.sends_lock);
-}
-
-static int test_sends(void) {
+/* Receive and discard what has arrived of the rejected messages' data. */
+static int test_draining(int64_t now_ns) {
     int done = 0;
-    pthread_mutex_lock(&prog.sends_lock);
-    tracked_send_t *list = prog.sends;
-    prog.sends = NULL;
-    pthread_mutex_unlock(&prog.sends_lock);
-    tracked_send_t *keep = NULL;
-    while (list) {
-        tracked_send_t *s = list;
-        list = s->next;
-        int flag = 0;
-        MPI_Testall(s->n, s->reqs, &flag, MPI_STATUSES_IGNORE);
-        if (flag) {
-            free(s->reqs);
-            free(s->buf);
-            mpri_tensor_list_fini(&s->tensors);
-            free(s);
-            atomic_fetch_sub(&prog.busy, 1);
+    drain_t **link = &prog.draining;
+    while (*link) {
+        drain_t *d = *link;
+        for (;;) {
+            int flag = 0, count = 0;
+            MPI_Message m;
+            MPI_Status st;
+            if (d->left == 0 ||
+                MPI_Improbe(d->src, d->tag, mpri_rt.comm, &flag, &m, &st) != MPI_SUCCESS || !flag)
+                break;
+            MPI_Get_count(&st, MPI_BYTE, &count);
+            void *scratch = malloc(count > 0 ? (size_t)count : 1);
+            MPI_Mrecv(scratch, scratch ? count : 0, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+            free(scratch);
+            d->left--;
             done++;
-        } else {
-            s->next = keep;
-            keep = s;
         }
-    }
-    if (keep) {
-        pthread_mutex_lock(&prog.sends_lock);
-        tracked_send_t *tail = keep;
-        while (tail->next) tail = tail->next;
-        tail->next = prog.sends;
-        prog.sends = keep;
-        pthread_mutex_unlock(&prog.sends_lock);
+        if (d->left == 0 || now_ns > d->give_up_ns) {
+            *link = d->next;
+            free(d);
+            atomic_fetch_sub(&prog.busy, 1);
+        } else {
+            link = &d->next;
+        }
     }
     return done;
 }
 
-/* A message whose header or descriptors are unusable: receive and discard its
- * tensor data (they were sent right behind it), reply with the error if the
- * sender waits for one (or, for a reply, fail the call waiting for it), and
- * count it processed. */
+/* A message whose header or descriptors are unusable: discard its tensor
+ * data (sent right behind it) as it arrives, without waiting for it; reply
+ * with the error if the sender waits for one (or, for a reply, fail the call
+ * waiting for it), and count it processed. */
 static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
     char text[MPR_ERROR_TEXT_MAX];
     snprintf(text, sizeof text, "On %s: rejected a malformed message from rank %d: %s",
              mpri_rt.workers[mpri_rt.rank].name, msg->src, mpr_last_error());
     if (header_ok) {
-        for (uint32_t i = 0; i < msg->hdr.batch_count; i++) {
-            MPI_Message m;
-            MPI_Status st;
-            int count = 0;
-            if (MPI_Mprobe(msg->src, (int)msg->hdr.data_tag, mpri_rt.comm, &m, &st) != MPI_SUCCESS) break;
-            MPI_Get_count(&st, MPI_BYTE, &count);
-            void *scratch = malloc(count > 0 ? (size_t)count : 1);
-            MPI_Mrecv(scratch, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-            free(scratch);
+        drain_t *d = msg->hdr.batch_count ? malloc(sizeof *d) : NULL;
+        if (d) {
+            *d = (drain_t){.src = msg->src, .tag = (int)msg->hdr.data_tag, .left = msg->hdr.batch_count,
+                           .give_up_ns = mpri_now_ns() + DRAIN_NS, .next = prog.draining};
+            prog.draining = d;
+            atomic_fetch_add(&prog.busy, 1);
         }
         if (!(msg->hdr.flags & MPRI_FLAG_RESPONSE)) {
             mpri_reply_error(msg, code, text);
@@ -246,8 +228,16 @@ int mpri_progress_poll(void) {
     if (pthread_mutex_trylock(&prog.poll_lock) != 0) return 0;
     bool was_in_context = in_progress_context;
     in_progress_context = true;
-    if (!is_progress_thread) atomic_store_explicit(&prog.last_other_poll_ns, mpri_now_ns(), memory_order_relaxed);
+    int64_t now = mpri_now_ns();
+    if (!is_progress_thread) atomic_store_explicit(&prog.last_other_poll_ns, now, memory_order_relaxed);
     int events = 0;
+    /* Messages to ourselves: those queued when the poll began. */
+    for (int i = 0; i < 32; i++) {
+        mpri_msg_t *msg = mpri_transport_take_local();
+        if (!msg) break;
+        mpri_dispatch(msg);
+        events++;
+    }
     for (int i = 0; i < 32; i++) {
         int flag = 0;
         MPI_Message m;
@@ -274,12 +264,8 @@ int mpri_progress_poll(void) {
         events++;
     }
     if (prog.assembling) events += test_assembling();
-    if (prog.sends) events += test_sends();
-    int64_t now = mpri_now_ns();
-    if (now - prog.last_expire_ns > 1000000) {
-        prog.last_expire_ns = now;
-        mpri_pending_expire(now);
-    }
+    if (prog.draining) events += test_draining(now);
+    events += mpri_transport_progress_sends(now);
     in_progress_context = was_in_context;
     pthread_mutex_unlock(&prog.poll_lock);
     return events;
@@ -301,8 +287,30 @@ static bool waiter_help(void) {
 
 static bool runtime_stopped(void) { return mpri_state() == MPRI_STOPPED; }
 
-static const mpri_wait_hooks_t wait_hooks = {mpri_progress_waiter_enter, mpri_progress_waiter_leave,
-                                             waiter_help, runtime_stopped};
+/* Callbacks of futures the runtime completes run on the pool, never in the
+ * progress context (false: the pool is not running; run them inline). */
+static bool defer_to_pool(void (*fn)(void *), void (*drop)(void *), void *arg) {
+    return mpri_pool_running() && mpri_pool_submit(fn, drop, arg) == MPR_OK;
+}
+
+static bool pool_work_waiting(void) { return mpri_on_pool_thread() && mpri_pool_queued() > 0; }
+
+/* The runtime's side of future waits (installed at start): the future code
+ * reaches polling and the pool only through these. */
+static const mpri_wait_hooks_t wait_hooks = {
+    .enter = mpri_progress_waiter_enter,
+    .leave = mpri_progress_waiter_leave,
+    .help = waiter_help,
+    .stopped = runtime_stopped,
+    .defer = defer_to_pool,
+    .pool_work_waiting = pool_work_waiting,
+    .run_pool_task = mpri_pool_try_run_one,
+};
+
+/* An idle pool worker polls through these (pool.c knows no progress code). */
+static int idle_poll(void) { return mpri_progress_poll(); }
+static const mpri_pool_poller_t idle_poller = {mpri_progress_waiter_enter, mpri_progress_waiter_leave,
+                                               idle_poll};
 
 /* ---- the progress thread ---- */
 
@@ -415,8 +423,13 @@ static void abandon_incoming(mpri_msg_t *msg) {
 mpr_err_t mpri_progress_start(void) {
     atomic_store(&prog.stop, false);
     mpri_future_set_wait_hooks(&wait_hooks);
-    if (pthread_create(&prog.thread, NULL, progress_main, NULL) != 0)
+    mpri_pool_set_poller(&idle_poller);
+    mpr_err_t e = mpri_pending_timer_start();
+    if (e) return e;
+    if (pthread_create(&prog.thread, NULL, progress_main, NULL) != 0) {
+        mpri_pending_timer_stop();
         return mpr_error_set(MPR_ERR_NOMEM, "cannot start the progress thread");
+    }
     prog.thread_started = true;
     bind_progress_thread(prog.thread);
     return MPR_OK;
@@ -436,6 +449,13 @@ void mpri_progress_stop(void) {
         atomic_fetch_sub(&prog.busy, 1);
         abandon_incoming(msg);
     }
+    while (prog.draining) {
+        drain_t *d = prog.draining;
+        prog.draining = d->next;
+        free(d);
+        atomic_fetch_sub(&prog.busy, 1);
+    }
     pthread_mutex_unlock(&prog.poll_lock);
-    test_sends();
+    mpri_pending_timer_stop();
+    mpri_transport_stop();
 }

@@ -1,6 +1,8 @@
-/* transport.c — messages out and in: send (MPI or local loopback), freeing
- * and decoding incoming messages, requests with reply futures, replies.
- * (Dispatch of complete incoming messages: dispatch.c.)
+/* transport.c — messages out and in: non-blocking sends (MPI, or the local
+ * inbox for messages to ourselves) and the sends still in flight; freeing
+ * and decoding incoming messages; replies. (Requests with reply futures:
+ * request.c; dispatch of complete incoming messages: dispatch.c; receiving:
+ * progress.c, which drives the sends in flight and the local inbox.)
  *
  * Invariants:
  * - A message's tensors travel in batches on the message's data tag, sent
@@ -9,9 +11,16 @@
  * - msgs_sent is incremented before a message can be received anywhere and
  *   msgs_processed only after the receiver finished with it (mpri_msg_done),
  *   including any reply it sent; graceful shutdown relies on this.
- * - Sends never hold a lock across MPI calls. Outside the progress context a
- *   send waits for its MPI requests; inside it they are tracked and polled.
- * - A reply whose request is no longer pending (timed out) is dropped. */
+ * - No send blocks in MPI: every MPI request is posted with MPI_Isend and
+ *   tested once; what is not complete becomes a send in flight, which owns
+ *   the encoded bytes and a reference to each tensor until MPI is done with
+ *   them. No lock is held across an MPI call.
+ * - A send in flight past its give-up time (the deadline of the call it
+ *   belongs to, else the default timeout) is abandoned: it no longer counts
+ *   as busy and is tested only now and then; its buffers are freed only once
+ *   MPI completes it, or never (a peer that stopped never receives it).
+ * - A message to ourselves is queued in the local inbox and dispatched by
+ *   the next poll, like any received message. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +28,6 @@
 
 #include "mpri_error.h"
 #include "mpri_event.h"
-#include "mpri_future.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
 #include "mpri_tensor_batches.h"
@@ -101,6 +109,160 @@ mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t 
     return e;
 }
 
+/* ---- sends in flight ---- */
+
+typedef struct inflight {
+    MPI_Request *reqs; /* n: the message, then its tensor batches */
+    int n;
+    int dst;
+    int64_t give_up_ns; /* 0: never */
+    void *bytes;        /* the encoded message */
+    mpri_tensor_list_t tensors;
+    struct inflight *next;
+} inflight_t;
+
+static struct {
+    pthread_mutex_t lock;
+    inflight_t *active;    /* counted in `active_count` (busy) */
+    inflight_t *abandoned; /* past their give-up time */
+    atomic_long active_count, abandoned_count;
+    int64_t abandoned_tested_ns;
+    pthread_mutex_t inbox_lock;
+    mpri_msg_t *inbox_head, *inbox_tail; /* messages to ourselves */
+} tx = {.lock = PTHREAD_MUTEX_INITIALIZER, .inbox_lock = PTHREAD_MUTEX_INITIALIZER};
+
+long mpri_transport_sends_in_flight(void) { return atomic_load(&tx.active_count); }
+long mpri_transport_sends_abandoned(void) { return atomic_load(&tx.abandoned_count); }
+
+static void inflight_free(inflight_t *s) {
+    free(s->reqs);
+    free(s->bytes);
+    mpri_tensor_list_fini(&s->tensors);
+    free(s);
+}
+
+/* Test the sends of `*list` (taken out of the table); complete ones are
+ * freed, the rest returned. Counts completions in *done. */
+static inflight_t *test_list(inflight_t *list, int *done) {
+    inflight_t *keep = NULL;
+    while (list) {
+        inflight_t *s = list;
+        list = s->next;
+        int flag = 0;
+        MPI_Testall(s->n, s->reqs, &flag, MPI_STATUSES_IGNORE);
+        if (flag) {
+            inflight_free(s);
+            (*done)++;
+        } else {
+            s->next = keep;
+            keep = s;
+        }
+    }
+    return keep;
+}
+
+static void put_back(inflight_t **table_list, inflight_t *keep) {
+    if (!keep) return;
+    inflight_t *tail = keep;
+    while (tail->next) tail = tail->next;
+    tail->next = *table_list;
+    *table_list = keep;
+}
+
+#define ABANDONED_TEST_NS 100000000 /* abandoned sends are tested every 100 ms */
+
+int mpri_transport_progress_sends(int64_t now_ns) {
+    if (!tx.active && !tx.abandoned) return 0; /* racy hint; the next poll sees a new one */
+    pthread_mutex_lock(&tx.lock);
+    inflight_t *active = tx.active, *abandoned = NULL;
+    tx.active = NULL;
+    if (tx.abandoned && now_ns - tx.abandoned_tested_ns > ABANDONED_TEST_NS) {
+        abandoned = tx.abandoned;
+        tx.abandoned = NULL;
+        tx.abandoned_tested_ns = now_ns;
+    }
+    pthread_mutex_unlock(&tx.lock);
+    int done = 0, abandoned_done = 0;
+    active = test_list(active, &done);
+    abandoned = test_list(abandoned, &abandoned_done);
+    atomic_fetch_sub(&tx.active_count, done);
+    atomic_fetch_sub(&tx.abandoned_count, abandoned_done);
+    /* Sends past their give-up time stop counting as busy. */
+    inflight_t *late = NULL, **link = &active;
+    while (*link) {
+        inflight_t *s = *link;
+        if (s->give_up_ns && now_ns > s->give_up_ns) {
+            *link = s->next;
+            s->next = late;
+            late = s;
+            atomic_fetch_sub(&tx.active_count, 1);
+            atomic_fetch_add(&tx.abandoned_count, 1);
+        } else {
+            link = &s->next;
+        }
+    }
+    pthread_mutex_lock(&tx.lock);
+    put_back(&tx.active, active);
+    put_back(&tx.abandoned, abandoned);
+    put_back(&tx.abandoned, late);
+    pthread_mutex_unlock(&tx.lock);
+    return done + abandoned_done;
+}
+
+void mpri_transport_stop(void) {
+    mpri_transport_progress_sends(mpri_now_ns() + 2 * (int64_t)ABANDONED_TEST_NS);
+    /* What is still in flight stays parked (MPI may still read the bytes). */
+    pthread_mutex_lock(&tx.lock);
+    put_back(&tx.abandoned, tx.active);
+    tx.active = NULL;
+    pthread_mutex_unlock(&tx.lock);
+    atomic_fetch_add(&tx.abandoned_count, atomic_exchange(&tx.active_count, 0));
+    mpri_msg_t *msg;
+    while ((msg = mpri_transport_take_local())) mpri_msg_done(msg);
+}
+
+/* Hand the posted requests of `m` to the sends in flight (the encoded bytes
+ * and the tensor references move there). false: out of memory. */
+static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_outmsg_t *m) {
+    inflight_t *s = malloc(sizeof *s);
+    MPI_Request *copy = malloc(sizeof *copy * (size_t)n);
+    if (!s || !copy) {
+        free(s);
+        free(copy);
+        return false;
+    }
+    memcpy(copy, reqs, sizeof *copy * (size_t)n);
+    s->reqs = copy;
+    s->n = n;
+    s->dst = dst;
+    s->give_up_ns = give_up_ns;
+    size_t len;
+    s->bytes = mpri_buf_steal(&m->body, &len);
+    s->tensors = m->tensors;
+    mpri_tensor_list_init(&m->tensors);
+    atomic_fetch_add(&tx.active_count, 1);
+    pthread_mutex_lock(&tx.lock);
+    s->next = tx.active;
+    tx.active = s;
+    pthread_mutex_unlock(&tx.lock);
+    return true;
+}
+
+/* ---- the local inbox ---- */
+
+mpri_msg_t *mpri_transport_take_local(void) {
+    if (!tx.inbox_head) return NULL; /* racy hint, as above */
+    pthread_mutex_lock(&tx.inbox_lock);
+    mpri_msg_t *msg = tx.inbox_head;
+    if (msg) {
+        tx.inbox_head = msg->next;
+        if (!tx.inbox_head) tx.inbox_tail = NULL;
+        msg->next = NULL;
+    }
+    pthread_mutex_unlock(&tx.inbox_lock);
+    return msg;
+}
+
 /* Deliver to ourselves without MPI: the message shares the tensors. */
 static mpr_err_t send_local(mpri_outmsg_t *m) {
     mpri_msg_t *msg = calloc(1, sizeof *msg);
@@ -117,11 +279,29 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
     m->tensors.len = 0;
     mpri_tensor_list_fini(&m->tensors);
     mpri_count_sent(msg->src);
-    mpri_dispatch(msg);
+    pthread_mutex_lock(&tx.inbox_lock);
+    if (tx.inbox_tail)
+        tx.inbox_tail->next = msg;
+    else
+        tx.inbox_head = msg;
+    tx.inbox_tail = msg;
+    pthread_mutex_unlock(&tx.inbox_lock);
+    mpri_event_signal();
     return MPR_OK;
 }
 
+static mpr_err_t mpi_failure(int dst, int rc) {
+    char text[MPI_MAX_ERROR_STRING];
+    return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst, mpri_mpi_error_string(rc, text, sizeof text));
+}
+
 mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
+    int64_t give_up = 0;
+    if (mpri_rt.default_timeout_s > 0) give_up = mpri_now_ns() + (int64_t)(mpri_rt.default_timeout_s * 1e9);
+    return mpri_send_until(dst, m, give_up);
+}
+
+mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     if (m->body.failed) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory while encoding");
@@ -154,20 +334,7 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     memcpy(m->body.data, h, sizeof *h);
     if (dst == mpri_rt.rank) return send_local(m);
 
-    if (h->tensor_count == 0 && !mpri_in_progress_context()) {
-        /* Small control-free path: one blocking standard send. */
-        mpri_count_sent(dst);
-        int rc = MPI_Send(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM, mpri_rt.comm);
-        mpri_outmsg_fini(m);
-        if (rc != MPI_SUCCESS) {
-            char text[MPI_MAX_ERROR_STRING];
-            mpri_uncount_sent(dst);
-            return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
-                                 mpri_mpi_error_string(rc, text, sizeof text));
-        }
-        return MPR_OK;
-    }
-    /* The body, then the tensors in batches (mpri_tensor_batches.h). */
+    /* The message, then the tensors in batches (mpri_tensor_batches.h). */
     uint32_t nt = h->tensor_count;
     mpri_batch_scratch_t scratch;
     MPI_Request stack_reqs[MPRI_BATCH_SCRATCH_INLINE + 1];
@@ -177,8 +344,7 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
     }
-    uint32_t nbatches = mpri_batches_plan(m->tensors.items, nt, scratch.starts);
-    int n = 1 + (int)nbatches;
+    uint32_t nbatches = nt ? mpri_batches_plan(m->tensors.items, nt, scratch.starts) : 0;
     mpri_count_sent(dst);
     int posted = 0, rc = MPI_Isend(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
@@ -189,41 +355,24 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
         if (rc == MPI_SUCCESS) posted++;
     }
     mpri_batch_scratch_fini(&scratch);
+    mpr_err_t err = MPR_OK;
     if (rc != MPI_SUCCESS) {
-        char text[MPI_MAX_ERROR_STRING];
         if (posted == 0) mpri_uncount_sent(dst);
-        MPI_Waitall(posted, reqs, MPI_STATUSES_IGNORE);
-        if (reqs != stack_reqs) free(reqs);
-        mpri_outmsg_fini(m);
-        return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
-                             mpri_mpi_error_string(rc, text, sizeof text));
+        err = mpi_failure(dst, rc);
+        give_up_ns = mpri_now_ns(); /* what was posted is abandoned at once */
     }
-    if (mpri_in_progress_context()) {
-        MPI_Request *heap = reqs;
-        if (reqs == stack_reqs) {
-            heap = malloc(sizeof *heap * (size_t)n);
-            if (!heap) { /* cannot track: complete it here (small control messages) */
-                MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
-                mpri_outmsg_fini(m);
-                return MPR_OK;
-            }
-            memcpy(heap, reqs, sizeof *heap * (size_t)n);
-        }
-        size_t len;
-        void *buf = mpri_buf_steal(&m->body, &len);
-        mpri_progress_track_send(heap, n, buf, &m->tensors);
-        mpri_tensor_list_init(&m->tensors);
-        return MPR_OK;
+    int flag = 1;
+    if (posted) rc = MPI_Testall(posted, reqs, &flag, MPI_STATUSES_IGNORE);
+    if (!flag && !track(reqs, posted, dst, give_up_ns, m)) {
+        /* No memory to track it: the buffers must outlive MPI's use of them. */
+        (void)mpri_buf_steal(&m->body, &(size_t){0});
+        mpri_tensor_list_init(&m->tensors); /* the references are kept for good */
+        if (!err) err = mpr_error_set(MPR_ERR_NOMEM, "send: out of memory tracking a send in flight");
     }
-    rc = MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE);
     if (reqs != stack_reqs) free(reqs);
     mpri_outmsg_fini(m);
-    if (rc != MPI_SUCCESS) {
-        char text[MPI_MAX_ERROR_STRING];
-        return mpr_error_set(MPR_ERR_MPI, "send to rank %d failed: %s", dst,
-                             mpri_mpi_error_string(rc, text, sizeof text));
-    }
-    return MPR_OK;
+    if (!err && flag && rc != MPI_SUCCESS) err = mpi_failure(dst, rc);
+    return err;
 }
 
 /* ---- replies ---- */
@@ -269,40 +418,4 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
         return mpri_reply_error(req, e, text);
     }
     return mpri_send(req->src, &m);
-}
-
-/* ---- requests ---- */
-
-mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const char *label) {
-    mpr_future_t *f = mpr_future_create();
-    if (!f) {
-        mpri_outmsg_fini(m);
-        return NULL;
-    }
-    uint64_t id = atomic_fetch_add(&mpri_rt.next_request_id, 1);
-    m->hdr.request_id = id;
-    m->hdr.flags |= MPRI_FLAG_EXPECTS_REPLY;
-    if (timeout_s < 0) timeout_s = mpri_rt.default_timeout_s;
-    int64_t deadline = timeout_s > 0 ? mpri_now_ns() + (int64_t)(timeout_s * 1e9) : 0;
-    mpr_err_t e = mpri_pending_add(id, mpr_future_retain(f), deadline, dst, label);
-    if (e) {
-        mpr_future_release(f); /* the reference meant for the table */
-        mpri_outmsg_fini(m);
-        mpri_future_complete(f, e, mpr_last_error(), NULL);
-        return f;
-    }
-    e = mpri_send(dst, m);
-    /* The caller drains what has arrived (one try, no waiting): with calls
-     * in flight, replies are received by the thread that issues the calls
-     * instead of a second thread per rank competing for the cores and for
-     * MPI's locks (pipelined no-op calls: ~250k/s -> ~450-650k/s). */
-    if (e == MPR_OK && !mpri_in_progress_context()) mpri_progress_poll();
-    if (e) {
-        mpr_future_t *pending = mpri_pending_take(id);
-        if (pending) {
-            mpri_future_complete(pending, e, mpr_last_error(), NULL);
-            mpr_future_release(pending);
-        }
-    }
-    return f;
 }

@@ -1,0 +1,358 @@
+/* test_transport_stress.c — the transport under stress, in three shapes
+ * (argv[1], default storm; optional argv[2] = seconds, default 3 for CI):
+ *
+ *   storm    (np >= 2) every rank runs 4 threads of mixed calls to random
+ *            peers: small rpc_sync, rpc_async carrying 4 x 256 KiB or
+ *            64 x 4 KiB tensors, nested calls. A watchdog thread fails the
+ *            job if no call completed on its rank for 5 s while calls were
+ *            outstanding (a job-wide stall), and every result is checked.
+ *   timeouts (np 2) rank 0's threads call a function that sleeps 0-6 ms
+ *            with random timeouts of 0.1-5 ms, some carrying 1 MiB; every
+ *            call must return within its timeout + DEADLINE_SLACK_MS (1% may
+ *            be up to LATE_LIMIT_MS late: scheduling on a loaded machine),
+ *            with the right result or MPR_ERR_TIMEOUT.
+ *   stop     (np 2) rank 0 streams rpc_async calls with 4 x 1 MiB and
+ *            200 x 60 KiB tensors to rank 1, which stops non-gracefully
+ *            mid-stream (after serving two); every call of rank 0 must be
+ *            issued without blocking and finish (result or error) by its 2 s
+ *            timeout + LATE_LIMIT_MS (a send to the stopped peer blocked the
+ *            caller for good before).
+ *
+ * Each prints one JSON line (calls, calls/s, longest call, longest time
+ * without a completed call). Run longer by hand, e.g.
+ *   mpiexec -n 4 ./test_transport_stress storm 60 */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "mpitest.h"
+
+#define THREADS 4
+#define STALL_LIMIT_S 5.0
+#define DEADLINE_SLACK_MS 50.0
+/* A loaded 2-core machine (CI, other jobs) can deschedule a thread for tens
+ * of milliseconds: 1% of the calls may be late by up to LATE_LIMIT_MS, none
+ * by more (the bug this guards against was seconds: 2.46 s for 3 ms). */
+#define LATE_LIMIT_MS 500.0
+
+static int rank, size;
+static double run_s;
+static atomic_long calls_done, calls_outstanding;
+static atomic_int stop_watchdog;
+static _Atomic double longest_call_s, longest_stall_s;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void note_call(double seconds) {
+    atomic_fetch_add(&calls_done, 1);
+    double prev = atomic_load(&longest_call_s);
+    while (seconds > prev && !atomic_compare_exchange_weak(&longest_call_s, &prev, seconds)) {
+    }
+}
+
+static mpr_err_t fn_add(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    int64_t a, b;
+    mpr_err_t e;
+    if ((e = mpr_args_int(args, 0, &a)) || (e = mpr_args_int(args, 1, &b))) return e;
+    *result = mpr_value_new_int(a + b);
+    return MPR_OK;
+}
+
+/* Sum of the first byte of every tensor in the list argument 0. */
+static atomic_long first_bytes_served;
+
+static mpr_err_t fn_first_bytes(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    atomic_fetch_add(&first_bytes_served, 1);
+    const mpr_value_t *list = mpr_value_list_get(args, 0);
+    int64_t sum = 0;
+    for (size_t i = 0; i < mpr_value_list_len(list); i++) {
+        mpr_tensor_t *t;
+        mpr_err_t e = mpr_value_get_tensor(mpr_value_list_get(list, i), &t);
+        if (e) return e;
+        sum += ((const uint8_t *)mpr_tensor_data(t))[0];
+    }
+    *result = mpr_value_new_int(sum);
+    return MPR_OK;
+}
+
+/* add(a, b) on the next rank, called from here (a nested call). */
+static mpr_err_t fn_nested_add(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    int me = mpitest_rank(), n = mpr_world_size();
+    return mpr_rpc_sync(mpr_to_rank((me + 1) % n), "add", args, 60, result);
+}
+
+/* Sleep args[0] microseconds, return args[1]. */
+static mpr_err_t fn_sleep_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    int64_t us, v;
+    mpr_err_t e;
+    if ((e = mpr_args_int(args, 0, &us)) || (e = mpr_args_int(args, 1, &v))) return e;
+    usleep((useconds_t)us);
+    *result = mpr_value_new_int(v);
+    return MPR_OK;
+}
+
+/* A list of n U8 tensors of `bytes` each, tensor i filled with (seed + i) & 0xff. */
+static mpr_value_t *tensor_list(int n, int64_t bytes, int seed, int64_t *first_sum) {
+    mpr_value_t *list = mpr_value_new_list();
+    *first_sum = 0;
+    for (int i = 0; i < n; i++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_U8, 1, &bytes);
+        CHECK(t != NULL);
+        memset(mpr_tensor_data(t), (seed + i) & 0xff, (size_t)bytes);
+        *first_sum += (seed + i) & 0xff;
+        CHECK_OK(mpr_value_list_append(list, mpr_value_new_tensor(t)));
+        mpr_tensor_release(t);
+    }
+    return list;
+}
+
+/* ---- storm ---- */
+
+static void *watchdog(void *unused) {
+    long last = atomic_load(&calls_done);
+    double since = now_s();
+    while (!atomic_load(&stop_watchdog)) {
+        usleep(100000);
+        long c = atomic_load(&calls_done);
+        double t = now_s();
+        if (c != last || atomic_load(&calls_outstanding) == 0) {
+            last = c;
+            since = t;
+            continue;
+        }
+        double stalled = t - since;
+        if (stalled > atomic_load(&longest_stall_s)) atomic_store(&longest_stall_s, stalled);
+        if (stalled > STALL_LIMIT_S) {
+            fprintf(stderr, "[rank %d] stall: no call completed for %.1f s with %ld outstanding\n", rank, stalled,
+                    atomic_load(&calls_outstanding));
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    return NULL;
+}
+
+static void *storm_thread(void *p) {
+    unsigned seed = (unsigned)(rank * 7919 + (int)(intptr_t)p * 104729 + 1);
+    double end = now_s() + run_s;
+    for (int i = 0; now_s() < end; i++) {
+        int dst = rand_r(&seed) % size;
+        int shape = rand_r(&seed) % 4;
+        double t0 = now_s();
+        atomic_fetch_add(&calls_outstanding, 1);
+        mpr_value_t *r = NULL, *args;
+        int64_t want, got = -1;
+        if (shape == 0 || shape == 1) { /* small sync, or nested */
+            args = ints2(i, rank);
+            want = i + rank;
+            CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), shape ? "nested_add" : "add", args, 60, &r));
+        } else { /* tensors, async */
+            bool big = shape == 2;
+            args = mpr_value_list_of(1, tensor_list(big ? 4 : 64, big ? 256 << 10 : 4 << 10, i, &want));
+            mpr_future_t *f = mpr_rpc_async(mpr_to_rank(dst), "first_bytes", args, 60);
+            CHECK(f != NULL);
+            CHECK_OK(mpr_future_get(f, MPR_WAIT_FOREVER, &r));
+            mpr_future_release(f);
+        }
+        CHECK_OK(mpr_value_get_int(r, &got));
+        CHECK(got == want);
+        mpr_value_release(r);
+        mpr_value_release(args);
+        atomic_fetch_sub(&calls_outstanding, 1);
+        note_call(now_s() - t0);
+    }
+    return NULL;
+}
+
+static void run_storm(void) {
+    pthread_t wd, th[THREADS];
+    CHECK(pthread_create(&wd, NULL, watchdog, NULL) == 0);
+    double t0 = now_s();
+    for (intptr_t i = 0; i < THREADS; i++) CHECK(pthread_create(&th[i], NULL, storm_thread, (void *)i) == 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    double elapsed = now_s() - t0;
+    mpitest_barrier(); /* peers still call us until they are done */
+    atomic_store(&stop_watchdog, 1);
+    pthread_join(wd, NULL);
+    long calls = atomic_load(&calls_done), all = 0;
+    double longest = atomic_load(&longest_call_s), stall = atomic_load(&longest_stall_s), lmax = 0, smax = 0;
+    MPI_Reduce(&calls, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&longest, &lmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&stall, &smax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("{\"shape\":\"storm\",\"ranks\":%d,\"seconds\":%.1f,\"calls\":%ld,\"calls_per_s\":%.0f,"
+               "\"longest_call_s\":%.3f,\"longest_stall_s\":%.1f}\n",
+               size, elapsed, all, (double)all / elapsed, lmax, smax);
+}
+
+/* ---- timeouts ---- */
+
+static atomic_long timeouts_seen, results_seen, late_calls;
+static _Atomic double worst_overrun_ms;
+
+static void *timeout_thread(void *p) {
+    unsigned seed = (unsigned)(int)(intptr_t)p * 31 + 7;
+    double end = now_s() + run_s;
+    for (int i = 0; now_s() < end; i++) {
+        double timeout = (0.1 + (rand_r(&seed) % 4901) / 1000.0) * 1e-3; /* 0.1 .. 5 ms */
+        int64_t sleep_us = rand_r(&seed) % 6000;
+        mpr_value_t *args = ints2(sleep_us, i);
+        if (i % 4 == 0) { /* some carry 1 MiB */
+            int64_t unused;
+            CHECK_OK(mpr_value_list_append(args, tensor_list(1, 1 << 20, i, &unused)));
+        }
+        mpr_value_t *r = NULL;
+        double t0 = now_s();
+        mpr_err_t e = mpr_rpc_sync(mpr_to_rank(1), "sleep_echo", args, timeout, &r);
+        double overrun_ms = (now_s() - t0 - timeout) * 1e3;
+        if (e == MPR_OK) {
+            int64_t v = -1;
+            CHECK_OK(mpr_value_get_int(r, &v));
+            CHECK(v == i);
+            atomic_fetch_add(&results_seen, 1);
+        } else {
+            CHECK_ERR(e, MPR_ERR_TIMEOUT);
+            atomic_fetch_add(&timeouts_seen, 1);
+        }
+        double prev = atomic_load(&worst_overrun_ms);
+        while (overrun_ms > prev && !atomic_compare_exchange_weak(&worst_overrun_ms, &prev, overrun_ms)) {
+        }
+        if (overrun_ms > DEADLINE_SLACK_MS) {
+            atomic_fetch_add(&late_calls, 1);
+            fprintf(stderr, "call with a %.2f ms timeout returned %.1f ms late (%s)\n", timeout * 1e3, overrun_ms,
+                    mpr_error_name(e));
+            CHECK(overrun_ms <= LATE_LIMIT_MS);
+        }
+        mpr_value_release(r);
+        mpr_value_release(args);
+        note_call(now_s() - t0);
+    }
+    return NULL;
+}
+
+static void run_timeouts(void) {
+    double t0 = now_s();
+    if (rank == 0) {
+        pthread_t th[THREADS];
+        for (intptr_t i = 0; i < THREADS; i++) CHECK(pthread_create(&th[i], NULL, timeout_thread, (void *)i) == 0);
+        for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+        CHECK(atomic_load(&timeouts_seen) > 0 && atomic_load(&results_seen) > 0); /* both outcomes raced */
+        CHECK(atomic_load(&late_calls) * 100 <= atomic_load(&calls_done));
+        printf("{\"shape\":\"timeouts\",\"seconds\":%.1f,\"calls\":%ld,\"timeouts\":%ld,\"results\":%ld,"
+               "\"worst_overrun_ms\":%.2f,\"late_calls\":%ld,\"bound_ms\":%.0f}\n",
+               now_s() - t0, atomic_load(&calls_done), atomic_load(&timeouts_seen), atomic_load(&results_seen),
+               atomic_load(&worst_overrun_ms), atomic_load(&late_calls), DEADLINE_SLACK_MS);
+    }
+    mpitest_barrier();
+}
+
+/* ---- stop ---- */
+
+typedef struct {
+    mpr_future_t *f, *stamped; /* the call, and its continuation stamping `finished` */
+    double started;
+    _Atomic double finished;
+} call_t;
+
+static mpr_err_t stamp_finish(mpr_future_t *f, void *arg, mpr_value_t **result) {
+    call_t *c = arg;
+    atomic_store(&c->finished, now_s());
+    *result = NULL;
+    return MPR_OK;
+}
+
+static void run_stop(void) {
+    if (rank == 1) {
+        while (atomic_load(&first_bytes_served) < 2) usleep(1000); /* let the stream get going */
+        usleep(100000);
+        CHECK_OK(mpr_shutdown(false));
+        mpitest_barrier();
+        return;
+    }
+    enum { INFLIGHT = 8 };
+    static call_t calls[INFLIGHT];
+    long ok = 0, failed = 0;
+    double worst_ms = 0, worst_issue_ms = 0, end = now_s() + run_s;
+    double hard_end = end + 60;
+    for (int i = 0;; i++) {
+        /* Until run_s passed and both outcomes were seen (slow sanitizer
+         * builds need longer), at most a minute more. */
+        double t = now_s();
+        bool issuing = t < hard_end && (t < end || ok == 0 || failed == 0);
+        call_t *c = &calls[i % INFLIGHT];
+        if (c->f) { /* wait for the call issued INFLIGHT calls ago */
+            CHECK_OK(mpr_future_wait(c->stamped, MPR_WAIT_FOREVER));
+            double overrun_ms = (atomic_load(&c->finished) - c->started - 2.0) * 1e3;
+            if (overrun_ms > worst_ms) worst_ms = overrun_ms;
+            if (overrun_ms > LATE_LIMIT_MS) fprintf(stderr, "call finished %.1f ms after its deadline\n", overrun_ms);
+            CHECK(overrun_ms <= LATE_LIMIT_MS);
+            if (mpr_future_error(c->f) == MPR_OK)
+                ok++;
+            else
+                failed++;
+            mpr_future_release(c->f);
+            mpr_future_release(c->stamped);
+            c->f = c->stamped = NULL;
+        } else if (!issuing) {
+            bool any = false;
+            for (int k = 0; k < INFLIGHT; k++) any = any || calls[k].f;
+            if (!any) break;
+        }
+        if (!issuing) continue;
+        int64_t unused;
+        mpr_value_t *args = mpr_value_list_of(1, i % 2 ? tensor_list(4, 1 << 20, i, &unused)
+                                                       : tensor_list(200, 60 << 10, i, &unused));
+        c->started = now_s();
+        c->f = mpr_rpc_async(mpr_to_rank(1), "first_bytes", args, 2.0);
+        mpr_value_release(args);
+        CHECK(c->f != NULL); /* fails later if the peer is gone, never blocks here */
+        c->stamped = mpr_future_then(c->f, stamp_finish, c);
+        CHECK(c->stamped != NULL);
+        double issue_ms = (now_s() - c->started) * 1e3;
+        if (issue_ms > worst_issue_ms) worst_issue_ms = issue_ms;
+        CHECK(issue_ms <= LATE_LIMIT_MS);
+    }
+    if (!(ok > 0 && failed > 0)) fprintf(stderr, "ok %ld failed %ld\n", ok, failed);
+    CHECK(ok > 0 && failed > 0); /* calls went through, then the peer stopped */
+    printf("{\"shape\":\"stop\",\"calls_ok\":%ld,\"calls_failed\":%ld,\"worst_overrun_ms\":%.1f,"
+           "\"worst_issue_ms\":%.1f,\"bound_ms\":%.0f}\n",
+           ok, failed, worst_ms < 0 ? 0 : worst_ms, worst_issue_ms, LATE_LIMIT_MS);
+    CHECK_OK(mpr_shutdown(false));
+    mpitest_barrier();
+}
+
+int main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    CHECK(provided == MPI_THREAD_MULTIPLE);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *shape = argc > 1 ? argv[1] : "storm";
+    run_s = argc > 2 ? atof(argv[2]) : 3.0;
+    CHECK_OK(mpr_register_function("add", fn_add, NULL));
+    CHECK_OK(mpr_register_function("nested_add", fn_nested_add, NULL));
+    CHECK_OK(mpr_register_function("first_bytes", fn_first_bytes, NULL));
+    CHECK_OK(mpr_register_function("sleep_echo", fn_sleep_echo, NULL));
+    mpr_init_options_t opts;
+    mpr_init_options_default(&opts);
+    CHECK_OK(mpr_init(&opts));
+    if (strcmp(shape, "storm") == 0) {
+        run_storm();
+        CHECK_OK(mpr_shutdown(true));
+    } else if (strcmp(shape, "timeouts") == 0) {
+        CHECK(size == 2);
+        run_timeouts();
+        CHECK_OK(mpr_shutdown(true));
+    } else {
+        CHECK(strcmp(shape, "stop") == 0 && size == 2);
+        run_stop();
+    }
+    mpr_registry_clear();
+    if (rank == 0) printf("%s: 1 passed, 0 failed\n", shape);
+    MPI_Finalize();
+    return 0;
+}
