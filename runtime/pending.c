@@ -88,7 +88,7 @@ static entry_t *unlink_locked(entry_t **link) {
     entry_t *e = *link;
     *link = e->next;
     table.count--;
-    if (e->deadline_ns) table.with_deadline--;
+    if (e->deadline_ns && --table.with_deadline == 0) table.earliest_ns = 0; /* none: the next add re-arms */
     return e;
 }
 
