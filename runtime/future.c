@@ -224,7 +224,7 @@ const mpri_remote_error_t *mpri_future_remote_error(const mpr_future_t *f) {
 mpr_err_t mpri_future_complete_remote(mpr_future_t *f, const mpri_remote_error_t *re) {
     char text[MPR_ERROR_TEXT_MAX];
     mpri_remote_error_text(re, text, sizeof text);
-    return complete(f, MPR_ERR_REMOTE, text, NULL, mpri_pool_running(), re);
+    return complete(f, MPR_ERR_REMOTE, text, NULL, true, re);
 }
 
 mpr_value_t *mpri_future_value(const mpr_future_t *f) {

@@ -28,6 +28,7 @@
 
 #include "mpri_error.h"
 #include "mpri_event.h"
+#include "mpri_future.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
 #include "mpri_tensor_batches.h"
