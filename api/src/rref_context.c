@@ -13,7 +13,7 @@
  *   CREATED: in the table while its fork set is non-empty; leaves it when the
  *     last fork is deleted; freed (value released, destructor runs) when the
  *     last reference (table, owner handles, in-flight fetches) goes.
- *   PENDING never follows CREATED (asserted); owner_check_locked() checks,
+ *   CREATED is final (`created` is only ever set); owner_check_locked() checks,
  *   in Debug builds, after every change: in the table <=> (forks or not
  *   created), the table's reference counted, the fork array consistent.
  * Fork set: add (creator fork from REMOTE_CALL, FORK_REQUEST from a new

@@ -219,7 +219,7 @@ static mpr_err_t fn_relay(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_valu
 }
 
 static void scenario_stress(void) {
-    enum { OWN = 3, OUTSTANDING = 12, MAX_CALLS = 4096 };
+    enum { OWN = 3, OUTSTANDING = 12, MAX_CALLS = 300 };
     /* RRefs to use: objects owned here and users of objects owned by peers. */
     mpr_rref_t *pool[OWN + 16];
     int npool = 0;
