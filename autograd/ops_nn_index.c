@@ -17,17 +17,17 @@
  * (k = the index's extent at d). State: mpri_ctx_dim_t (d); saved[0] = the
  * contiguous, range-checked index. */
 
-/* The CPU kernel of the op (gather or index_select), direction and dtype:
- * forward src = x, dst = y; backward src = gy, dst = gx (accumulates). */
-static void index_kernel(bool gather, bool backward, mpr_dtype_t dt, const void *src, const int64_t *idx,
-                         void *dst, int64_t outer, int64_t n, int64_t k, int64_t inner) {
-#define INDEX_KERNEL(name) \
-    (dt == MPR_F32 ? name##_f32(src, idx, dst, outer, n, k, inner) : name##_f64(src, idx, dst, outer, n, k, inner))
-    if (gather && backward) INDEX_KERNEL(mpri_gather_bwd);
-    else if (gather) INDEX_KERNEL(mpri_gather_fwd);
-    else if (backward) INDEX_KERNEL(mpri_index_select_bwd);
-    else INDEX_KERNEL(mpri_index_select_fwd);
-#undef INDEX_KERNEL
+/* The kernel of the op (gather or index_select) and direction, through the
+ * backend of `device`: forward src = x, dst = y; backward src = gy, dst = gx
+ * (accumulates). */
+static mpr_err_t index_kernel(bool gather, bool backward, int device, mpr_dtype_t dt, const void *src,
+                              const int64_t *idx, void *dst, int64_t outer, int64_t n, int64_t k, int64_t inner) {
+    const mpri_backend_t *B = mpri_backend_for(gather ? "gather" : "index_select", device);
+    if (!B) return mpr_last_error_code();
+    if (gather && backward) return MPRI_BK(B, gather_bwd, device, dt, src, idx, dst, outer, n, k, inner);
+    if (gather) return MPRI_BK(B, gather_fwd, device, dt, src, idx, dst, outer, n, k, inner);
+    if (backward) return MPRI_BK(B, index_select_bwd, device, dt, src, idx, dst, outer, n, k, inner);
+    return MPRI_BK(B, index_select_fwd, device, dt, src, idx, dst, outer, n, k, inner);
 }
 
 static bool is_gather(const mpri_op_def_t *def);
@@ -49,11 +49,11 @@ static mpr_err_t index_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
         mpr_tensor_release(gy);
         return mpr_last_error_code();
     }
-    index_kernel(gather, true, m->dtype, mpr_tensor_data(gy), mpr_tensor_data(idx), mpr_tensor_data(gx), outer,
-                 n_at, k, inner);
+    mpr_err_t e = index_kernel(gather, true, m->device, m->dtype, mpr_tensor_data(gy), mpr_tensor_data(idx),
+                               mpr_tensor_data(gx), outer, n_at, k, inner);
     mpr_tensor_release(gy);
     gin[0] = gx;
-    return MPR_OK;
+    return e;
 }
 
 static const mpri_op_def_t index_select_def = {.name = "index_select", .backward = index_backward,
@@ -89,9 +89,14 @@ static mpr_tensor_t *index_forward(const mpri_op_def_t *def, mpr_tensor_t *x, in
     }
     int64_t outer, inner;
     mpri_nn_split_dims(x->ndim, x->shape, d, &outer, &inner);
-    index_kernel(gather, false, x->dtype, mpr_tensor_data(xc), mpr_tensor_data(ic), mpr_tensor_data(y), outer, n_at,
-                 k, inner);
+    mpr_err_t e = index_kernel(gather, false, x->storage->device, x->dtype, mpr_tensor_data(xc), mpr_tensor_data(ic),
+                               mpr_tensor_data(y), outer, n_at, k, inner);
     mpr_tensor_release(xc);
+    if (e != MPR_OK) {
+        mpr_tensor_release(ic);
+        mpr_tensor_release(y);
+        return NULL;
+    }
     mpri_node_t *n = mpri_record(def, 1, &x, y);
     if (n) {
         MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim = d;

@@ -25,16 +25,19 @@ static mpr_err_t lstm_cell_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
         mpr_tensor_release(gcp);
         return mpr_last_error_code();
     }
-    if (c->dtype == MPR_F32)
-        mpri_lstm_cell_bwd_f32(mpr_tensor_data(act), mpr_tensor_data(cp), mpr_tensor_data(c),
-                               mpr_tensor_data(gh), mpr_tensor_data(gc), B, H,
-                               mpr_tensor_data(gg), gcp ? mpr_tensor_data(gcp) : NULL);
-    else
-        mpri_lstm_cell_bwd_f64(mpr_tensor_data(act), mpr_tensor_data(cp), mpr_tensor_data(c),
-                               mpr_tensor_data(gh), mpr_tensor_data(gc), B, H,
-                               mpr_tensor_data(gg), gcp ? mpr_tensor_data(gcp) : NULL);
+    int dev = c->storage->device;
+    const mpri_backend_t *bk = mpri_backend_for(n->def->name, dev);
+    mpr_err_t e = bk ? MPRI_BK(bk, lstm_cell_bwd, dev, c->dtype, mpr_tensor_data(act), mpr_tensor_data(cp),
+                               mpr_tensor_data(c), mpr_tensor_data(gh), mpr_tensor_data(gc), B, H,
+                               mpr_tensor_data(gg), gcp ? mpr_tensor_data(gcp) : NULL)
+                     : mpr_last_error_code();
     mpr_tensor_release(gh);
     mpr_tensor_release(gc);
+    if (e != MPR_OK) {
+        mpr_tensor_release(gg);
+        mpr_tensor_release(gcp);
+        return e;
+    }
     if (need_g)
         gin[0] = mpri_result(gg);
     else
@@ -77,13 +80,19 @@ mpr_err_t mpr_lstm_cell(mpr_tensor_t *gates, mpr_tensor_t *c_prev, mpr_tensor_t 
         mpr_tensor_release(c);
         return e;
     }
-    if (gates->dtype == MPR_F32)
-        mpri_lstm_cell_fwd_f32(mpr_tensor_data(gc), mpr_tensor_data(cc), B, H,
-                               mpr_tensor_data(act), mpr_tensor_data(h), mpr_tensor_data(c));
-    else
-        mpri_lstm_cell_fwd_f64(mpr_tensor_data(gc), mpr_tensor_data(cc), B, H,
-                               mpr_tensor_data(act), mpr_tensor_data(h), mpr_tensor_data(c));
+    int dev = gates->storage->device;
+    const mpri_backend_t *bk = mpri_backend_for("lstm_cell", dev);
+    e = bk ? MPRI_BK(bk, lstm_cell_fwd, dev, gates->dtype, mpr_tensor_data(gc), mpr_tensor_data(cc), B, H,
+                     mpr_tensor_data(act), mpr_tensor_data(h), mpr_tensor_data(c))
+           : mpr_last_error_code();
     mpr_tensor_release(gc);
+    if (e != MPR_OK) {
+        mpr_tensor_release(cc);
+        mpr_tensor_release(act);
+        mpr_tensor_release(h);
+        mpr_tensor_release(c);
+        return e;
+    }
     mpri_node_t *n = mpri_record_multi(&lstm_cell_def, 2, (mpr_tensor_t *[]){gates, c_prev}, 2,
                                        (mpr_tensor_t *[]){h, c});
     if (n) {

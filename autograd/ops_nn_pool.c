@@ -20,15 +20,13 @@ static mpr_err_t pool_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_te
         mpr_tensor_release(gy);
         return mpr_last_error_code();
     }
-    if (m->dtype == MPR_F32)
-        mpri_max_pool2d_bwd_f32(mpr_tensor_data(gy), mpr_tensor_data(arg), NC, H, W, oh, ow,
-                                mpr_tensor_data(gx));
-    else
-        mpri_max_pool2d_bwd_f64(mpr_tensor_data(gy), mpr_tensor_data(arg), NC, H, W, oh, ow,
-                                mpr_tensor_data(gx));
+    const mpri_backend_t *B = mpri_backend_for(n->def->name, m->device);
+    mpr_err_t e = B ? MPRI_BK(B, max_pool2d_bwd, m->device, m->dtype, mpr_tensor_data(gy), mpr_tensor_data(arg),
+                              NC, H, W, oh, ow, mpr_tensor_data(gx))
+                    : mpr_last_error_code();
     mpr_tensor_release(gy);
     gin[0] = gx;
-    return MPR_OK;
+    return e;
 }
 
 static const mpri_op_def_t pool_def = {.name = "max_pool2d", .backward = pool_backward};
@@ -77,13 +75,17 @@ mpr_tensor_t *mpr_max_pool2d(mpr_tensor_t *x, int64_t kh, int64_t kw, int64_t sh
         mpr_tensor_release(arg);
         return NULL;
     }
-    if (x->dtype == MPR_F32)
-        mpri_max_pool2d_fwd_f32(mpr_tensor_data(xc), NC, H, W, kh, kw, sh, sw, ph, pw, oh, ow,
-                                mpr_tensor_data(y), mpr_tensor_data(arg));
-    else
-        mpri_max_pool2d_fwd_f64(mpr_tensor_data(xc), NC, H, W, kh, kw, sh, sw, ph, pw, oh, ow,
-                                mpr_tensor_data(y), mpr_tensor_data(arg));
+    int dev = x->storage->device;
+    const mpri_backend_t *B = mpri_backend_for("max_pool2d", dev);
+    mpr_err_t e = B ? MPRI_BK(B, max_pool2d_fwd, dev, x->dtype, mpr_tensor_data(xc), NC, H, W, kh, kw, sh, sw, ph,
+                              pw, oh, ow, mpr_tensor_data(y), mpr_tensor_data(arg))
+                    : mpr_last_error_code();
     mpr_tensor_release(xc);
+    if (e != MPR_OK) {
+        mpr_tensor_release(y);
+        mpr_tensor_release(arg);
+        return NULL;
+    }
     mpri_node_t *n = mpri_record(&pool_def, 1, &x, y);
     if (n) mpri_node_save(n, arg);
     mpr_tensor_release(arg);

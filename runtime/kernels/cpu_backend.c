@@ -115,6 +115,40 @@ static mpr_err_t cpu_mse_loss_bwd(int dev, mpr_dtype_t dt, const void *a, const 
     return MPR_OK;
 }
 
+#define CPU_INDEX_KERNEL(name)                                                                              \
+    static mpr_err_t cpu_##name(int dev, mpr_dtype_t dt, const void *src, const int64_t *idx, void *dst,     \
+                                int64_t outer, int64_t n, int64_t k, int64_t inner) {                        \
+        CPU_BY_DTYPE(dt, mpri_##name, src, idx, dst, outer, n, k, inner);                                    \
+        return MPR_OK;                                                                                       \
+    }
+CPU_INDEX_KERNEL(index_select_fwd)
+CPU_INDEX_KERNEL(index_select_bwd)
+CPU_INDEX_KERNEL(gather_fwd)
+CPU_INDEX_KERNEL(gather_bwd)
+#undef CPU_INDEX_KERNEL
+static mpr_err_t cpu_max_pool2d_fwd(int dev, mpr_dtype_t dt, const void *x, int64_t NC, int64_t H, int64_t W,
+                                    int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                    int64_t oh, int64_t ow, void *y, int64_t *arg) {
+    CPU_BY_DTYPE(dt, mpri_max_pool2d_fwd, x, NC, H, W, kh, kw, sh, sw, ph, pw, oh, ow, y, arg);
+    return MPR_OK;
+}
+static mpr_err_t cpu_max_pool2d_bwd(int dev, mpr_dtype_t dt, const void *gy, const int64_t *arg, int64_t NC,
+                                    int64_t H, int64_t W, int64_t oh, int64_t ow, void *gx) {
+    CPU_BY_DTYPE(dt, mpri_max_pool2d_bwd, gy, arg, NC, H, W, oh, ow, gx);
+    return MPR_OK;
+}
+static mpr_err_t cpu_lstm_cell_fwd(int dev, mpr_dtype_t dt, const void *gates, const void *c_prev, int64_t B,
+                                   int64_t H, void *act, void *h, void *c) {
+    CPU_BY_DTYPE(dt, mpri_lstm_cell_fwd, gates, c_prev, B, H, act, h, c);
+    return MPR_OK;
+}
+static mpr_err_t cpu_lstm_cell_bwd(int dev, mpr_dtype_t dt, const void *act, const void *c_prev, const void *c,
+                                   const void *gh, const void *gc, int64_t B, int64_t H, void *ggates,
+                                   void *gc_prev) {
+    CPU_BY_DTYPE(dt, mpri_lstm_cell_bwd, act, c_prev, c, gh, gc, B, H, ggates, gc_prev);
+    return MPR_OK;
+}
+
 const mpri_backend_t mpri_cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -137,6 +171,14 @@ const mpri_backend_t mpri_cpu_backend = {
     .nll_loss_bwd = cpu_nll_loss_bwd,
     .mse_loss_fwd = cpu_mse_loss_fwd,
     .mse_loss_bwd = cpu_mse_loss_bwd,
+    .index_select_fwd = cpu_index_select_fwd,
+    .index_select_bwd = cpu_index_select_bwd,
+    .gather_fwd = cpu_gather_fwd,
+    .gather_bwd = cpu_gather_bwd,
+    .max_pool2d_fwd = cpu_max_pool2d_fwd,
+    .max_pool2d_bwd = cpu_max_pool2d_bwd,
+    .lstm_cell_fwd = cpu_lstm_cell_fwd,
+    .lstm_cell_bwd = cpu_lstm_cell_bwd,
 };
 
 static const mpri_backend_t *device_backend;

@@ -105,7 +105,8 @@ void mpri_blas_init(void);
  * mpri_cuda_malloc / mpri_cuda_free / mpri_cuda_k_* in kernels/cuda/mpri_cuda.h,
  * so the table is just those function names. Entries may be NULL where a
  * backend has no kernel: the op then fails with MPR_ERR_UNSUPPORTED naming it.
- * The nn entries (softmax, losses) take raw contiguous buffers on `device`
+ * The nn entries (softmax, losses, index/gather, max pooling, LSTM cell) take
+ * raw contiguous buffers on `device`
  * with the contracts of the _f32/_f64 kernels of the same name in
  * mpri_nn_kernels.h, dtype MPR_F32 or MPR_F64; losses return their value
  * (and counted rows) through host pointers. */
@@ -154,6 +155,26 @@ typedef struct mpri_backend {
     /* ga, gb may be NULL */
     mpr_err_t (*mse_loss_bwd)(int device, mpr_dtype_t dt, const void *a, const void *b, int64_t n, double g,
                               void *ga, void *gb);
+    /* index_select / gather: forward src = x, dst = y; backward src = gy,
+     * dst = gx (accumulates). */
+    mpr_err_t (*index_select_fwd)(int device, mpr_dtype_t dt, const void *src, const int64_t *idx, void *dst,
+                                  int64_t outer, int64_t n, int64_t k, int64_t inner);
+    mpr_err_t (*index_select_bwd)(int device, mpr_dtype_t dt, const void *src, const int64_t *idx, void *dst,
+                                  int64_t outer, int64_t n, int64_t k, int64_t inner);
+    mpr_err_t (*gather_fwd)(int device, mpr_dtype_t dt, const void *src, const int64_t *idx, void *dst,
+                            int64_t outer, int64_t n, int64_t k, int64_t inner);
+    mpr_err_t (*gather_bwd)(int device, mpr_dtype_t dt, const void *src, const int64_t *idx, void *dst,
+                            int64_t outer, int64_t n, int64_t k, int64_t inner);
+    mpr_err_t (*max_pool2d_fwd)(int device, mpr_dtype_t dt, const void *x, int64_t NC, int64_t H, int64_t W,
+                                int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh,
+                                int64_t ow, void *y, int64_t *arg);
+    mpr_err_t (*max_pool2d_bwd)(int device, mpr_dtype_t dt, const void *gy, const int64_t *arg, int64_t NC,
+                                int64_t H, int64_t W, int64_t oh, int64_t ow, void *gx);
+    mpr_err_t (*lstm_cell_fwd)(int device, mpr_dtype_t dt, const void *gates, const void *c_prev, int64_t B,
+                               int64_t H, void *act, void *h, void *c);
+    /* gc_prev may be NULL */
+    mpr_err_t (*lstm_cell_bwd)(int device, mpr_dtype_t dt, const void *act, const void *c_prev, const void *c,
+                               const void *gh, const void *gc, int64_t B, int64_t H, void *ggates, void *gc_prev);
 } mpri_backend_t;
 
 /* The built-in CPU backend (device -1). */

@@ -4,7 +4,10 @@
  *
  * Every kernel is a pure function on raw, contiguous, row-major buffers; the
  * autograd layer (autograd/ops_*.c) checks shapes and dtypes, makes inputs
- * contiguous and allocates outputs before calling them. Each kernel exists in
+ * contiguous and allocates outputs before calling them — through the CPU
+ * backend table (cpu_backend.c picks the flavour by dtype) for softmax, the
+ * losses, index/gather, max pooling and the LSTM cell; conv2d (im2col/col2im
+ * on private scratch) and cat (mpri_copy_rows) still call theirs directly. Each kernel exists in
  * an f32 and an f64 flavour (suffix _f32/_f64) generated from one body, and
  * forward/backward come in pairs. Unless a comment says "accumulates", a
  * kernel overwrites its output. Index arguments are int64 and must already be
