@@ -175,6 +175,7 @@ static void run(in_call_t *c) {
     mpr_value_release(c->args); /* the function had them borrowed */
     c->args = NULL;
     if (!f) return finish(c, NULL);
+    if (mpr_future_done(f)) return function_done(f, c); /* sync functions: no callback to allocate */
     if (mpri_future_on_complete(f, function_done, c) != MPR_OK) { /* out of memory: wait here */
         mpr_future_wait(f, MPR_WAIT_FOREVER);
         function_done(f, c);
