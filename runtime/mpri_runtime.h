@@ -83,7 +83,8 @@ mpr_err_t mpri_check_running(const char *what);
 /* ---- outgoing messages ---- */
 typedef struct mpri_outmsg {
     mpri_wire_header_t hdr;   /* kind, flags, ids; lengths are filled by send */
-    mpri_buf_t body;
+    mpri_buf_t wire;          /* the encoded message: room for the header, the body, then
+                               * (added by send) the tensor descriptors */
     mpri_tensor_list_t tensors;
 } mpri_outmsg_t;
 

@@ -57,27 +57,27 @@ void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
     memset(&m->hdr, 0, sizeof m->hdr);
     m->hdr.kind = (uint8_t)kind;
     if (spare.data) {
-        m->body = spare;
-        m->body.len = 0;
+        m->wire = spare;
+        m->wire.len = 0;
         memset(&spare, 0, sizeof spare);
     } else {
-        mpri_buf_init(&m->body);
+        mpri_buf_init(&m->wire);
     }
-    if (mpri_buf_reserve(&m->body, 256)) { /* else `failed` is set and mpri_send reports it */
-        m->body.len = sizeof(mpri_wire_header_t); /* room for the header */
-        memset(m->body.data, 0, m->body.len);
+    if (mpri_buf_reserve(&m->wire, 256)) { /* else `failed` is set and mpri_send reports it */
+        m->wire.len = sizeof(mpri_wire_header_t); /* room for the header */
+        memset(m->wire.data, 0, m->wire.len);
     }
     mpri_tensor_list_init(&m->tensors);
 }
 
 void mpri_outmsg_fini(mpri_outmsg_t *m) {
-    if (m->body.data && !m->body.failed && m->body.cap <= SPARE_MAX && !spare.data) {
+    if (m->wire.data && !m->wire.failed && m->wire.cap <= SPARE_MAX && !spare.data) {
         pthread_once(&spare_once, spare_key_create);
         pthread_setspecific(spare_key, &spare); /* non-NULL: the destructor runs at exit */
-        spare = m->body;
-        memset(&m->body, 0, sizeof m->body);
+        spare = m->wire;
+        memset(&m->wire, 0, sizeof m->wire);
     }
-    mpri_buf_fini(&m->body);
+    mpri_buf_fini(&m->wire);
     mpri_tensor_list_fini(&m->tensors);
 }
 
@@ -238,7 +238,7 @@ static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_ou
     s->dst = dst;
     s->give_up_ns = give_up_ns;
     size_t len;
-    s->bytes = mpri_buf_steal(&m->body, &len);
+    s->bytes = mpri_buf_steal(&m->wire, &len);
     s->tensors = m->tensors;
     mpri_tensor_list_init(&m->tensors);
     atomic_fetch_add(&tx.active_count, 1);
@@ -273,7 +273,7 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
     }
     msg->hdr = m->hdr;
     msg->src = mpri_rt.rank;
-    msg->data = mpri_buf_steal(&m->body, &msg->len);
+    msg->data = mpri_buf_steal(&m->wire, &msg->len);
     msg->body = msg->data + sizeof(mpri_wire_header_t);
     msg->tensors = m->tensors.items; /* references move to the message */
     m->tensors.items = NULL;
@@ -303,7 +303,7 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
 }
 
 mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
-    if (m->body.failed) {
+    if (m->wire.failed) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory while encoding");
     }
@@ -319,20 +319,20 @@ mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     mpri_wire_header_t *h = &m->hdr;
     h->magic = MPRI_WIRE_MAGIC;
     h->version = MPRI_WIRE_VERSION;
-    h->body_len = (uint32_t)(m->body.len - sizeof *h);
+    h->body_len = (uint32_t)(m->wire.len - sizeof *h);
     h->tensor_count = m->tensors.len;
     if (h->tensor_count) {
         unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
         h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
         h->batch_count = mpri_batches_plan(m->tensors.items, m->tensors.len, NULL);
-        mpri_tensor_descs_encode(&m->tensors, &m->body);
+        mpri_tensor_descs_encode(&m->tensors, &m->wire);
     }
-    if (m->body.failed || m->body.len > MPRI_MAX_MESSAGE_BYTES) {
-        size_t len = m->body.len;
+    if (m->wire.failed || m->wire.len > MPRI_MAX_MESSAGE_BYTES) {
+        size_t len = m->wire.len;
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_INVALID_ARG, "send: message of %zu bytes is too large", len);
     }
-    memcpy(m->body.data, h, sizeof *h);
+    memcpy(m->wire.data, h, sizeof *h);
     if (dst == mpri_rt.rank) return send_local(m);
 
     /* The message, then the tensors in batches (mpri_tensor_batches.h). */
@@ -347,7 +347,7 @@ mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     }
     uint32_t nbatches = nt ? mpri_batches_plan(m->tensors.items, nt, scratch.starts) : 0;
     mpri_count_sent(dst);
-    int posted = 0, rc = MPI_Isend(m->body.data, (int)m->body.len, MPI_BYTE, dst, MPRI_TAG_AM,
+    int posted = 0, rc = MPI_Isend(m->wire.data, (int)m->wire.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
     if (rc == MPI_SUCCESS) posted = 1;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
@@ -366,7 +366,7 @@ mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     if (posted) rc = MPI_Testall(posted, reqs, &flag, MPI_STATUSES_IGNORE);
     if (!flag && !track(reqs, posted, dst, give_up_ns, m)) {
         /* No memory to track it: the buffers must outlive MPI's use of them. */
-        (void)mpri_buf_steal(&m->body, &(size_t){0});
+        (void)mpri_buf_steal(&m->wire, &(size_t){0});
         mpri_tensor_list_init(&m->tensors); /* the references are kept for good */
         if (!err) err = mpr_error_set(MPR_ERR_NOMEM, "send: out of memory tracking a send in flight");
     }
@@ -384,9 +384,9 @@ static mpr_err_t reply_error_body(mpri_outmsg_t *m, const mpri_msg_t *req, mpr_e
                                   const char *message, const mpri_remote_error_t *re) {
     m->hdr.flags = MPRI_FLAG_RESPONSE | MPRI_FLAG_ERROR;
     m->hdr.request_id = req->hdr.request_id;
-    mpri_buf_put_u32(&m->body, (uint32_t)code);
-    mpri_buf_put_blob(&m->body, message, strlen(message));
-    if (re && code == MPR_ERR_REMOTE) mpri_remote_error_write(&m->body, re);
+    mpri_buf_put_u32(&m->wire, (uint32_t)code);
+    mpri_buf_put_blob(&m->wire, message, strlen(message));
+    if (re && code == MPR_ERR_REMOTE) mpri_remote_error_write(&m->wire, re);
     return mpri_send(req->src, m);
 }
 
@@ -410,7 +410,7 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
     mpri_outmsg_init(&m, kind);
     m.hdr.flags = MPRI_FLAG_RESPONSE;
     m.hdr.request_id = req->hdr.request_id;
-    mpr_err_t e = mpri_value_encode(v ? v : mpr_value_new_none(), &m.body, &m.tensors, req->src);
+    mpr_err_t e = mpri_value_encode(v ? v : mpr_value_new_none(), &m.wire, &m.tensors, req->src);
     if (e) {
         char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: cannot send the result: %s",

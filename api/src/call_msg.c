@@ -24,8 +24,8 @@ mpr_err_t mpri_call_msg_begin(mpri_outmsg_t *m, int kind, const char *what, cons
     mpri_outmsg_init(m, kind);
     m->hdr.function_id = mpri_hash_name(fn);
     size_t len = strlen(fn);
-    mpri_buf_put_u16(&m->body, (uint16_t)len);
-    mpri_buf_put(&m->body, fn, len);
+    mpri_buf_put_u16(&m->wire, (uint16_t)len);
+    mpri_buf_put(&m->wire, fn, len);
     return MPR_OK;
 }
 
@@ -33,10 +33,10 @@ mpr_err_t mpri_call_msg_args(mpri_outmsg_t *m, const char *what, const char *fn,
                              int dst_rank) {
     mpr_err_t e = MPR_OK;
     if (!args) { /* no arguments: an empty list, written without building one */
-        mpri_buf_put_u8(&m->body, MPR_VALUE_LIST);
-        mpri_buf_put_u32(&m->body, 0);
+        mpri_buf_put_u8(&m->wire, MPR_VALUE_LIST);
+        mpri_buf_put_u32(&m->wire, 0);
     } else {
-        e = mpri_value_encode(args, &m->body, &m->tensors, dst_rank);
+        e = mpri_value_encode(args, &m->wire, &m->tensors, dst_rank);
     }
     const mpri_call_hooks_t *hooks = mpri_call_hooks();
     if (!e && hooks->on_send_request) {

@@ -93,7 +93,7 @@ typedef struct mpri_rref_ctx {
     long users_live;             /* user handles not yet deleted (lock) */
     long pending_users;          /* users awaiting confirmation (lock) */
     long pending_children;       /* forks sent by this user awaiting CHILD_ACCEPT (lock) */
-    atomic_long pending_futures; /* deletes/fork requests awaiting RREF_ACK, creations awaiting REMOTE_RET */
+    atomic_long unacked_ctrl_msgs; /* deletes/fork requests awaiting RREF_ACK, creations awaiting REMOTE_RET */
 } mpri_rref_ctx_t;
 extern mpri_rref_ctx_t mpri_rref_ctx;
 

@@ -45,7 +45,7 @@ static void creation_done(mpr_future_t *f, void *arg) {
         if (e != MPR_OK) mpri_owner_set_value(c->owner, e, mpr_future_error_message(f), NULL);
         mpri_owner_release(c->owner);
     }
-    atomic_fetch_sub(&CTX.pending_futures, 1);
+    atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
     mpr_future_release(f);
     free(c);
 }
@@ -59,8 +59,8 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     mpri_gid_t fork = self ? id : mpri_gid_new();
     mpri_outmsg_t m;
     if ((e = mpri_call_msg_begin(&m, MPRI_MSG_REMOTE_CALL, "remote", fn, args))) return NULL;
-    mpri_gid_put(&m.body, id);
-    mpri_gid_put(&m.body, fork);
+    mpri_gid_put(&m.wire, id);
+    mpri_gid_put(&m.wire, fork);
     if ((e = mpri_call_msg_args(&m, "remote", fn, args, rank))) return NULL;
     creation_t *c = calloc(1, sizeof *c);
     mpr_rref_t *r = NULL;
@@ -89,7 +89,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     }
     char label[80];
     snprintf(label, sizeof label, "remote '%.60s'", fn);
-    atomic_fetch_add(&CTX.pending_futures, 1);
+    atomic_fetch_add(&CTX.unacked_ctrl_msgs, 1);
     mpr_future_t *f = mpri_request(rank, &m, timeout_s, label);
     if (!f) {
         mpr_future_t *failed = mpr_future_create();
@@ -104,7 +104,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
         } else {
             mpri_owner_release(c->owner);
         }
-        atomic_fetch_sub(&CTX.pending_futures, 1);
+        atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
         free(c);
     }
     return r;
@@ -173,7 +173,7 @@ mpr_err_t mpr_rref_to_here(mpr_rref_t *r, double timeout_s, mpr_value_t **out) {
     if (user_failed(r)) return mpri_rref_user_error(r);
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_RREF_FETCH);
-    mpri_gid_put(&m.body, r->id);
+    mpri_gid_put(&m.wire, r->id);
     mpr_future_t *f = mpri_request(r->owner_rank, &m, timeout_s, "to_here");
     if (!f) return mpr_last_error_code();
     /* While the creating remote() is unanswered, its error (a timeout the

@@ -53,7 +53,7 @@
  *
  * Invariants: the lock is never held while sending, completing futures,
  * running callbacks or releasing values; counters are changed under it
- * (owners_live and pending_futures are atomics). */
+ * (owners_live and unacked_ctrl_msgs are atomics). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -587,7 +587,7 @@ static void rref_debug_info(mpr_debug_info_t *info) {
     info->rref_users = CTX.users_live;
     info->rref_pending_users = CTX.pending_users;
     info->rref_pending_children = CTX.pending_children;
-    info->rref_pending_futures = atomic_load(&CTX.pending_futures);
+    info->rref_unacked_ctrl_msgs = atomic_load(&CTX.unacked_ctrl_msgs);
     pthread_mutex_unlock(&CTX.lock);
 }
 
@@ -655,7 +655,7 @@ static void rref_after_stop(void) {
     fork_ent_t *waits = fork_table_drain_locked(&st.waits);
     if (st.graceful && CTX.pending_users)
         fprintf(stderr, "mpirpc: %s: RRef leak: %ld user(s) never confirmed\n", me, CTX.pending_users);
-    long unacked = atomic_exchange(&CTX.pending_futures, 0); /* their answers will never come */
+    long unacked = atomic_exchange(&CTX.unacked_ctrl_msgs, 0); /* their answers will never come */
     if (st.graceful && unacked)
         fprintf(stderr, "mpirpc: %s: RRef leak: %ld RRef control message(s) never acknowledged\n", me, unacked);
     st.graceful = false;

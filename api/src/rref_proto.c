@@ -54,16 +54,16 @@ static bool runtime_alive(void) {
 static mpr_err_t send_control(int dst, int kind, mpri_gid_t id, mpri_gid_t fork) {
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, kind);
-    mpri_gid_put(&m.body, id);
-    mpri_gid_put(&m.body, fork);
+    mpri_gid_put(&m.wire, id);
+    mpri_gid_put(&m.wire, fork);
     return mpri_send(dst, &m);
 }
 
 void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork) {
     if (!runtime_alive() || mpri_peer_gone(owner_rank)) return; /* no owner left to tell */
-    atomic_fetch_add(&CTX.pending_futures, 1);
+    atomic_fetch_add(&CTX.unacked_ctrl_msgs, 1);
     if (send_control(owner_rank, MPRI_MSG_RREF_USER_DELETE, id, fork) != MPR_OK) {
-        atomic_fetch_sub(&CTX.pending_futures, 1);
+        atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
         fprintf(stderr, "mpirpc: %s: RRef user delete to rank %d failed: %s\n", self_name(), owner_rank,
                 mpr_last_error());
     }
@@ -77,7 +77,7 @@ void mpri_rref_send_fork_request(mpr_rref_t *user, int parent) {
         mpri_rref_send_child_accept(parent, user->fork);
         return;
     }
-    atomic_fetch_add(&CTX.pending_futures, 1);
+    atomic_fetch_add(&CTX.unacked_ctrl_msgs, 1);
     if (send_control(user->owner_rank, MPRI_MSG_RREF_FORK_REQUEST, user->id, user->fork) != MPR_OK) {
         char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "RRef fork request to %s failed: %s", user->owner_name, mpr_last_error());
@@ -85,7 +85,7 @@ void mpri_rref_send_fork_request(mpr_rref_t *user, int parent) {
         if (w) {
             mpri_rref_user_fail(w, MPR_ERR_MPI, text);
             mpri_rref_send_child_accept(parent, w->fork);
-            atomic_fetch_sub(&CTX.pending_futures, 1);
+            atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
             mpr_rref_release(w);
         }
     }
@@ -96,8 +96,8 @@ enum { ACK_DELETE = 0, ACK_FORK = 1 };
 static void send_ack(int dst, uint8_t what, mpri_gid_t fork) {
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_RREF_ACK);
-    mpri_buf_put_u8(&m.body, what);
-    mpri_gid_put(&m.body, fork);
+    mpri_buf_put_u8(&m.wire, what);
+    mpri_gid_put(&m.wire, fork);
     mpri_send(dst, &m);
 }
 
@@ -105,7 +105,7 @@ void mpri_rref_send_child_accept(int parent, mpri_gid_t fork) {
     if (!runtime_alive()) return;
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_RREF_CHILD_ACCEPT);
-    mpri_gid_put(&m.body, fork);
+    mpri_gid_put(&m.wire, fork);
     mpri_send(parent, &m);
 }
 
@@ -354,14 +354,14 @@ static void handle_ack(mpri_msg_t *msg) {
     if (mpri_read_u8(&r, &what) || mpri_gid_read(&r, &fork) || what > ACK_FORK)
         return reply_decode_error(msg, "rref ack");
     if (what == ACK_DELETE) {
-        atomic_fetch_sub(&CTX.pending_futures, 1);
+        atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
     } else {
         int parent = -1;
         mpr_rref_t *u = mpri_rref_take_fork_wait(fork, &parent);
         if (u) { /* else a repeated ack (idempotent) */
             mpri_rref_user_confirm(u);
             mpri_rref_send_child_accept(parent, fork);
-            atomic_fetch_sub(&CTX.pending_futures, 1);
+            atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
             mpr_rref_release(u);
         }
     }

@@ -68,7 +68,7 @@ static void drain(void) {
     for (;;) {
         mpr_debug_info_t d;
         mpr_get_debug_info(&d);
-        long mine = d.rref_pending_futures + d.rref_pending_children + d.rref_pending_users, all = 0;
+        long mine = d.rref_unacked_ctrl_msgs + d.rref_pending_children + d.rref_pending_users, all = 0;
         MPI_Allreduce(&mine, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         if (!all) return;
         quiet_barrier();

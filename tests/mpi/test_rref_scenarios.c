@@ -561,7 +561,7 @@ int main(int argc, char **argv) {
     mpr_debug_info_t d;
     CHECK_OK(mpr_get_debug_info(&d));
     CHECK(d.rref_users == 0 && d.rref_pending_users == 0 && d.rref_pending_children == 0 &&
-          d.rref_pending_futures == 0);
+          d.rref_unacked_ctrl_msgs == 0);
     CHECK(d.rref_owners == 1); /* only `mine`: a local handle still held by the application */
     CHECK(atomic_load(&tracked_created) - atomic_load(&tracked_destroyed) == 0); /* `held`'s value died */
     /* use after shutdown */

@@ -147,7 +147,7 @@ static long leftovers(void) {
     mpr_debug_info_t d;
     mpr_get_debug_info(&d);
     return d.rref_owners + d.rref_users + d.rref_pending_users + d.rref_pending_children +
-           d.rref_pending_futures + (atomic_load(&tracked_created) - atomic_load(&tracked_destroyed));
+           d.rref_unacked_ctrl_msgs + (atomic_load(&tracked_created) - atomic_load(&tracked_destroyed));
 }
 
 static void test_storm(void) {
@@ -165,7 +165,7 @@ static void test_storm(void) {
             mpr_get_debug_info(&d);
             fprintf(stderr, "[rank %d] leftovers: owners %ld users %ld pu %ld pc %ld pf %ld live %ld\n", rank,
                     d.rref_owners, d.rref_users, d.rref_pending_users, d.rref_pending_children,
-                    d.rref_pending_futures, (long)(atomic_load(&tracked_created) - atomic_load(&tracked_destroyed)));
+                    d.rref_unacked_ctrl_msgs, (long)(atomic_load(&tracked_created) - atomic_load(&tracked_destroyed)));
             CHECK(!"RRef state did not drain");
         }
         if (total) usleep(2000);
@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
     mpr_debug_info_t d;
     CHECK_OK(mpr_get_debug_info(&d));
     CHECK(d.rref_owners == 0 && d.rref_users == 0 && d.rref_pending_users == 0 &&
-          d.rref_pending_children == 0 && d.rref_pending_futures == 0);
+          d.rref_pending_children == 0 && d.rref_unacked_ctrl_msgs == 0);
     /* no message lost: every message sent anywhere was processed */
     unsigned long long local[2] = {d.msgs_sent, d.msgs_processed}, sum[2];
     MPI_Allreduce(local, sum, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);

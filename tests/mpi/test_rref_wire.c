@@ -12,7 +12,7 @@ static void expect_rejected(int kind, const void *body, size_t len, uint64_t fn_
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, kind);
     m.hdr.function_id = fn_id;
-    mpri_buf_put(&m.body, body, len);
+    mpri_buf_put(&m.wire, body, len);
     mpr_future_t *f = mpri_request(1, &m, 10, "wire test");
     CHECK(f != NULL);
     CHECK_OK(mpr_future_wait(f, 10));
@@ -81,25 +81,25 @@ static void test_idempotent_fork_request(void) {
     for (int i = 0; i < 3; i++) {
         mpri_outmsg_t m;
         mpri_outmsg_init(&m, MPRI_MSG_RREF_FORK_REQUEST);
-        mpri_gid_put(&m.body, r->id);
-        mpri_gid_put(&m.body, extra);
+        mpri_gid_put(&m.wire, r->id);
+        mpri_gid_put(&m.wire, extra);
         CHECK_OK(mpri_send(1, &m)); /* the acks find no waiting user here: ignored */
     }
     /* repeated child accepts for an unknown fork are ignored as well */
     for (int i = 0; i < 2; i++) {
         mpri_outmsg_t m;
         mpri_outmsg_init(&m, MPRI_MSG_RREF_CHILD_ACCEPT);
-        mpri_gid_put(&m.body, extra);
+        mpri_gid_put(&m.wire, extra);
         CHECK_OK(mpri_send(1, &m));
     }
     mpri_gid_t id = r->id;
     mpr_rref_release(r);
     wait_owner_state(1, 1, 1); /* the extra fork keeps it */
-    atomic_fetch_add(&mpri_rref_ctx.pending_futures, 1); /* as a real delete does */
+    atomic_fetch_add(&mpri_rref_ctx.unacked_ctrl_msgs, 1); /* as a real delete does */
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_RREF_USER_DELETE);
-    mpri_gid_put(&m.body, id);
-    mpri_gid_put(&m.body, extra);
+    mpri_gid_put(&m.wire, id);
+    mpri_gid_put(&m.wire, extra);
     CHECK_OK(mpri_send(1, &m));
     wait_owner_state(1, 0, 0); /* one delete removed the thrice-requested fork */
 }
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_shutdown(true));
     mpr_debug_info_t d;
     CHECK_OK(mpr_get_debug_info(&d));
-    CHECK(d.rref_owners == 0 && d.rref_users == 0 && d.rref_pending_futures == 0);
+    CHECK(d.rref_owners == 0 && d.rref_users == 0 && d.rref_unacked_ctrl_msgs == 0);
     mpr_registry_clear();
     return 0;
 }

@@ -63,7 +63,7 @@ static void check_nothing_left(void) {
     mpr_debug_info_t d;
     CHECK_OK(mpr_get_debug_info(&d));
     CHECK(d.rref_owners == 0 && d.rref_users == 0 && d.rref_pending_users == 0 && d.rref_pending_children == 0 &&
-          d.rref_pending_futures == 0);
+          d.rref_unacked_ctrl_msgs == 0);
     CHECK(d.pending_requests == 0 && d.pool_busy == 0 && d.progress_busy == 0);
     long local[2] = {atomic_load(&tracked_created), atomic_load(&tracked_destroyed)}, sum[2];
     MPI_Allreduce(local, sum, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

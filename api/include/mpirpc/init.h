@@ -115,10 +115,13 @@ typedef struct mpr_debug_info {
     char progress_binding[64]; /* "unbound", "PU 1 (os index 1)", or why not */
     long pending_requests;     /* outgoing requests awaiting replies */
     long pool_busy;            /* tasks queued or running */
-    long progress_busy;        /* incoming messages assembling, sends in flight */
+    long progress_busy;        /* incoming messages assembling or drained, sends in flight
+                                * (not those abandoned past their call's deadline) */
     unsigned long long msgs_sent, msgs_processed;
-    /* RRef protocol (zero until the RRef layer reports) */
-    long rref_owners, rref_users, rref_pending_users, rref_pending_children, rref_pending_futures;
+    /* RRef protocol (zero until the RRef layer reports); rref_unacked_ctrl_msgs:
+     * control messages sent (user deletes, fork requests, creations) whose
+     * acknowledgement has not arrived */
+    long rref_owners, rref_users, rref_pending_users, rref_pending_children, rref_unacked_ctrl_msgs;
 } mpr_debug_info_t;
 
 /* Snapshot of this rank's runtime counters (works after shutdown too). */
