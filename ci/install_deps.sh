@@ -5,7 +5,7 @@
 # interop test uses to read the files the library writes (it skips without).
 set -euo pipefail
 packages=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libcmocka-dev libopenblas-dev
-          libhwloc-dev zlib1g-dev dataset-fashion-mnist)
+          libhwloc-dev zlib1g-dev libcjson-dev dataset-fashion-mnist)
 if [ "${1:-}" = "--test" ]; then
   packages+=(python3-torch)
 elif [ $# -gt 0 ]; then

@@ -290,6 +290,11 @@ static void test_safetensors_rejects_bad_input(void **state) {
     mpr_tensor_dict_t *ok = st_decode("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
     assert_non_null(ok);
     mpr_tensor_dict_destroy(ok);
+    /* Whitespace after the JSON is the format's padding; 8.0 reads as 8. */
+    ok = st_decode("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}  \n\t ", 8);
+    assert_non_null(ok);
+    assert_int_equal(mpr_tensor_shape(mpr_tensor_dict_get(ok, "a"))[0], 2);
+    mpr_tensor_dict_destroy(ok);
     struct {
         const char *json;
         size_t data;
@@ -317,6 +322,21 @@ static void test_safetensors_rejects_bad_input(void **state) {
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 8, MPR_ERR_DECODE},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999999]}}", 8,
          MPR_ERR_DECODE},
+        /* What a general JSON reader (cJSON) accepts but a safetensors header must not contain: */
+        {"{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         MPR_ERR_DECODE}, /* repeated key inside an entry */
+        {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, MPR_ERR_DECODE}, /* repeated metadata key */
+        {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, MPR_ERR_DECODE},
+        {"{\"a\":{\"DTYPE\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, MPR_ERR_DECODE}, /* keys are case-sensitive */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}", 8, MPR_ERR_DECODE},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-0.5,8]}}", 8, MPR_ERR_DECODE},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1e400],\"data_offsets\":[0,8]}}", 8, MPR_ERR_DECODE},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[9007199254740993],\"data_offsets\":[0,8]}}", 8,
+         MPR_ERR_DECODE}, /* above 2^53: not exact in a double */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", 8, MPR_ERR_DECODE},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}{}", 8, MPR_ERR_DECODE},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},}", 8, MPR_ERR_DECODE},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} /* */", 8, MPR_ERR_DECODE},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mpr_error_clear();

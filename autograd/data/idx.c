@@ -1,4 +1,4 @@
-/* data_idx.c — IDX file reader (MNIST / Fashion-MNIST format, gzip'd or
+/* data/idx.c — IDX file reader (MNIST / Fashion-MNIST format, gzip'd or
  * plain) and the MNIST-style dataset loader built on it.
  *
  * Invariants: every byte count is checked against what zlib delivered (a short

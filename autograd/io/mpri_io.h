@@ -1,5 +1,5 @@
-/* mpri_io.h — file helpers shared by the tensor file formats and the data
- * utilities (internal). */
+/* io/mpri_io.h — file helpers shared by the tensor file formats in autograd/io/
+ * (internal; io/file.c implements them). */
 #ifndef MPRI_IO_H
 #define MPRI_IO_H
 

@@ -1,5 +1,5 @@
-/* io_file.c — whole-file read/write and C-order element copies shared by the
- * .npy, .safetensors and IDX readers.
+/* io/file.c — whole-file read/write and C-order element copies shared by the
+ * .npy and .safetensors readers and writers.
  *
  * Invariants: a read returns exactly the file's bytes (a short read or a file
  * that changes size under us is an MPR_ERR_IO error, never a partial buffer);

@@ -1,4 +1,4 @@
-/* io_npy.c — NumPy .npy encode/decode for CPU tensors.
+/* io/npy.c — NumPy .npy encode/decode for CPU tensors.
  *
  * Format: "\x93NUMPY", major, minor, header length (uint16 LE for 1.0,
  * uint32 LE for 2.0/3.0), a Python dict literal

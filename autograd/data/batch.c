@@ -1,4 +1,4 @@
-/* data_batch.c — the shuffled mini-batch iterator.
+/* data/batch.c — the shuffled mini-batch iterator.
  *
  * Invariants: data and labels are held as contiguous references for the
  * iterator's life; `perm` is a permutation of 0..n-1 drawn (Fisher-Yates,

@@ -1,6 +1,6 @@
-/* io_module.c — save/load a module's named parameters as .safetensors.
+/* io/module_params.c — save/load a module's named parameters as .safetensors.
  *
- * A thin layer over io_safetensors.c: the module's named_parameters() list is
+ * A thin layer over io/safetensors.c: the module's named_parameters() list is
  * turned into (names[], tensors[]) arrays and handed to save_list /
  * load_into, which validate everything before writing anything. */
 #include <stdlib.h>

@@ -1,9 +1,16 @@
-/* io_safetensors.c — ordered named-tensor dicts and the .safetensors format.
+/* io/safetensors.c — ordered named-tensor dicts and the .safetensors format.
  *
  * Format: u64 LE header length N, N bytes of JSON (padded with spaces to a
  * multiple of 8), then the data section. Each tensor's entry gives dtype
  * (F32/F64/I64/I32/U8), shape and data_offsets [begin, end) relative to the
  * data section; "__metadata__" maps strings to strings.
+ *
+ * The header JSON is read and written with cJSON. cJSON accepts some things
+ * a safetensors header must not contain, so the decoder checks them itself:
+ * repeated keys in any object it reads, anything but whitespace after the
+ * JSON value, and sizes/offsets that are not integers in [0, 2^53) (cJSON
+ * reads numbers as doubles; 2^53 keeps them exact; "8.0" reads as 8).
+ * The encoder writes integers as plain decimal digits.
  *
  * Invariants: the decoder validates the whole header before creating any
  * tensor: the header fits in the buffer, every entry has a known dtype, a
@@ -11,13 +18,15 @@
  * numel * itemsize, and no two entries overlap. A dict keeps insertion order
  * and unique names; it owns one reference to every tensor it holds.
  * copy_into checks every destination before writing any of them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "mpirpc/tensor_io.h"
 #include "mpri_io.h"
-#include "mpri_json.h"
 #include "mpri_tensor.h"
 
 #define MAX_HEADER_BYTES ((uint64_t)100 << 20)
@@ -155,65 +164,76 @@ const char *mpr_tensor_dict_get_meta(const mpr_tensor_dict_t *d, const char *key
 
 static const char *const st_dtypes[MPR_DTYPE_COUNT] = {"F32", "F64", "I64", "I32", "U8"};
 
+/* Append `v` to array `arr` as plain decimal digits (cJSON's own number
+ * printer switches to exponent notation from 1e15 on). */
+static bool add_int(cJSON *arr, int64_t v) {
+    char digits[24];
+    snprintf(digits, sizeof digits, "%lld", (long long)v);
+    return cJSON_AddItemToArray(arr, cJSON_CreateRaw(digits));
+}
+
+/* The JSON header of `d`, unpadded, as a string the caller frees with
+ * cJSON_free; NULL with the error set. */
+static char *encode_header(const mpr_tensor_dict_t *d) {
+    for (size_t i = 0; i < d->count; i++)
+        if (mpr_tensor_device(d->tensors[i]) >= 0) {
+            mpr_error_set(MPR_ERR_UNSUPPORTED, "safetensors_encode: tensor '%s' is on cuda:%d; move it to the CPU first",
+                          d->names[i], mpr_tensor_device(d->tensors[i]));
+            return NULL;
+        }
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root != NULL;
+    if (ok && d->meta_count) {
+        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+        ok = meta != NULL;
+        for (size_t i = 0; ok && i < d->meta_count; i++)
+            ok = cJSON_AddStringToObject(meta, d->meta_keys[i], d->meta_values[i]) != NULL;
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; ok && i < d->count; i++) {
+        const mpr_tensor_t *t = d->tensors[i];
+        uint64_t nb = mpr_tensor_nbytes(t);
+        cJSON *e = cJSON_AddObjectToObject(root, d->names[i]);
+        ok = e && cJSON_AddStringToObject(e, "dtype", st_dtypes[t->dtype]);
+        cJSON *shape = ok ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        ok = shape != NULL;
+        for (int k = 0; ok && k < t->ndim; k++) ok = add_int(shape, t->shape[k]);
+        cJSON *offsets = ok ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+        ok = offsets && add_int(offsets, (int64_t)off) && add_int(offsets, (int64_t)(off + nb));
+        off += nb;
+    }
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) mpr_error_set(MPR_ERR_NOMEM, "safetensors_encode: out of memory building the header");
+    return text;
+}
+
 mpr_err_t mpr_safetensors_encode(const mpr_tensor_dict_t *d, void **out, size_t *out_len) {
     if (!out || !out_len) return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_encode: output pointer is NULL");
     *out = NULL;
     *out_len = 0;
     if (!d) return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_encode: dict is NULL");
-    mpri_strbuf_t h = {0};
-    mpri_strbuf_append(&h, "{", 1);
-    bool first = true;
-    if (d->meta_count) {
-        mpri_strbuf_append(&h, "\"__metadata__\":{", 16);
-        for (size_t i = 0; i < d->meta_count; i++) {
-            if (i) mpri_strbuf_append(&h, ",", 1);
-            mpri_strbuf_json_string(&h, d->meta_keys[i]);
-            mpri_strbuf_append(&h, ":", 1);
-            mpri_strbuf_json_string(&h, d->meta_values[i]);
-        }
-        mpri_strbuf_append(&h, "}", 1);
-        first = false;
-    }
-    uint64_t off = 0;
-    for (size_t i = 0; i < d->count; i++) {
-        const mpr_tensor_t *t = d->tensors[i];
-        if (mpr_tensor_device(t) >= 0) {
-            mpri_strbuf_fini(&h);
-            return mpr_error_set(MPR_ERR_UNSUPPORTED,
-                                 "safetensors_encode: tensor '%s' is on cuda:%d; move it to the CPU first",
-                                 d->names[i], mpr_tensor_device(t));
-        }
-        if (!first) mpri_strbuf_append(&h, ",", 1);
-        first = false;
-        mpri_strbuf_json_string(&h, d->names[i]);
-        mpri_strbuf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtypes[t->dtype]);
-        for (int k = 0; k < t->ndim; k++)
-            mpri_strbuf_printf(&h, "%s%lld", k ? "," : "", (long long)t->shape[k]);
-        uint64_t nb = mpr_tensor_nbytes(t);
-        mpri_strbuf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                           (unsigned long long)(off + nb));
-        off += nb;
-    }
-    mpri_strbuf_append(&h, "}", 1);
-    while (h.len % 8) mpri_strbuf_append(&h, " ", 1);
-    if (h.failed) {
-        mpri_strbuf_fini(&h);
-        return mpr_error_set(MPR_ERR_NOMEM, "safetensors_encode: out of memory building the header");
-    }
-    size_t len = 8 + h.len + (size_t)off;
+    char *header = encode_header(d);
+    if (!header) return mpr_last_error_code();
+    size_t hlen = strlen(header);
+    size_t padded = (hlen + 7) / 8 * 8;
+    uint64_t data_len = 0;
+    for (size_t i = 0; i < d->count; i++) data_len += mpr_tensor_nbytes(d->tensors[i]);
+    size_t len = 8 + padded + (size_t)data_len;
     unsigned char *buf = malloc(len);
     if (!buf) {
-        mpri_strbuf_fini(&h);
+        cJSON_free(header);
         return mpr_error_set(MPR_ERR_NOMEM, "safetensors_encode: cannot allocate %zu bytes", len);
     }
-    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
-    memcpy(buf + 8, h.data, h.len);
-    unsigned char *data = buf + 8 + h.len;
+    for (int k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)padded >> (8 * k));
+    memcpy(buf + 8, header, hlen);
+    memset(buf + 8 + hlen, ' ', padded - hlen);
+    cJSON_free(header);
+    unsigned char *data = buf + 8 + padded;
     for (size_t i = 0; i < d->count; i++) {
         mpri_io_copy_out(d->tensors[i], data);
         data += mpr_tensor_nbytes(d->tensors[i]);
     }
-    mpri_strbuf_fini(&h);
     *out = buf;
     *out_len = len;
     return MPR_OK;
@@ -261,46 +281,80 @@ static int range_cmp(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
 }
 
-static mpr_err_t check_entry(const char *what, const char *name, const mpri_json_t *e, uint64_t data_len,
-                             mpr_dtype_t *dtype, int *ndim, int64_t *shape, range_t *r) {
-    if (e->kind != MPRI_JSON_OBJECT)
+/* A JSON number that is an integer in [0, 2^53), exact in the double cJSON
+ * reads it into. */
+static bool json_size(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double x = v->valuedouble;
+    if (!(x >= 0 && x < 9007199254740992.0) || x != floor(x)) return false;
+    *out = (uint64_t)x;
+    return true;
+}
+
+static int key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* MPR_ERR_DECODE naming `where` when two members of object `obj` share a key
+ * (cJSON keeps both; the first would shadow the second). */
+static mpr_err_t check_keys_unique(const char *what, const char *where, const cJSON *obj) {
+    size_t n = (size_t)cJSON_GetArraySize(obj);
+    if (n < 2) return MPR_OK;
+    const char **keys = malloc(n * sizeof *keys);
+    if (!keys) return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", what);
+    size_t i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, obj) keys[i++] = m->string;
+    qsort(keys, n, sizeof *keys, key_cmp);
+    mpr_err_t rc = MPR_OK;
+    for (i = 1; i < n && rc == MPR_OK; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            rc = mpr_error_set(MPR_ERR_DECODE, "%s: safetensors %s has the key '%s' twice", what, where, keys[i]);
+    free(keys);
+    return rc;
+}
+
+static mpr_err_t check_entry(const char *what, const cJSON *e, uint64_t data_len, mpr_dtype_t *dtype, int *ndim,
+                             int64_t *shape, range_t *r) {
+    const char *name = e->string;
+    if (!cJSON_IsObject(e))
         return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s' is not an object", what, name);
-    const mpri_json_t *dt = mpri_json_get(e, "dtype");
-    const mpri_json_t *sh = mpri_json_get(e, "shape");
-    const mpri_json_t *of = mpri_json_get(e, "data_offsets");
-    if (!dt || dt->kind != MPRI_JSON_STRING || !sh || sh->kind != MPRI_JSON_ARRAY || !of ||
-        of->kind != MPRI_JSON_ARRAY)
+    if (check_keys_unique(what, "entry", e) != MPR_OK) return MPR_ERR_DECODE;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of))
         return mpr_error_set(MPR_ERR_DECODE,
                              "%s: safetensors entry '%s' needs string 'dtype', array 'shape' and 'data_offsets'",
                              what, name);
     int found = -1;
     for (int k = 0; k < MPR_DTYPE_COUNT; k++)
-        if (strcmp(dt->string, st_dtypes[k]) == 0) found = k;
+        if (strcmp(dt->valuestring, st_dtypes[k]) == 0) found = k;
     if (found < 0)
         return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: safetensors entry '%s' has unsupported dtype '%s'", what,
-                             name, dt->string);
+                             name, dt->valuestring);
     *dtype = (mpr_dtype_t)found;
-    if (sh->count > MPR_MAX_DIMS)
-        return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: safetensors entry '%s' has %zu dims (max %d)", what, name,
-                             sh->count, MPR_MAX_DIMS);
-    *ndim = (int)sh->count;
-    for (size_t k = 0; k < sh->count; k++) {
-        const mpri_json_t *v = sh->items[k];
-        if (v->kind != MPRI_JSON_NUMBER || !v->is_int || v->integer < 0)
-            return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': shape[%zu] is not a size", what,
+    int dims = cJSON_GetArraySize(sh);
+    if (dims > MPR_MAX_DIMS)
+        return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: safetensors entry '%s' has %d dims (max %d)", what, name,
+                             dims, MPR_MAX_DIMS);
+    *ndim = dims;
+    int k = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, sh) {
+        uint64_t size;
+        if (!json_size(v, &size))
+            return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': shape[%d] is not a size", what,
                                  name, k);
-        shape[k] = v->integer;
+        shape[k++] = (int64_t)size;
     }
     int64_t numel;
     if (mpri_tensor_check_shape(what, *dtype, *ndim, shape, &numel) != MPR_OK) return MPR_ERR_DECODE;
-    if (of->count != 2)
+    if (cJSON_GetArraySize(of) != 2)
         return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': data_offsets needs 2 numbers", what,
                              name);
-    for (int k = 0; k < 2; k++)
-        if (of->items[k]->kind != MPRI_JSON_NUMBER || !of->items[k]->is_int || of->items[k]->integer < 0)
-            return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': bad data_offsets", what, name);
-    r->begin = (uint64_t)of->items[0]->integer;
-    r->end = (uint64_t)of->items[1]->integer;
+    if (!json_size(cJSON_GetArrayItem(of, 0), &r->begin) || !json_size(cJSON_GetArrayItem(of, 1), &r->end))
+        return mpr_error_set(MPR_ERR_DECODE, "%s: safetensors entry '%s': bad data_offsets", what, name);
     if (r->begin > r->end || r->end > data_len)
         return mpr_error_set(MPR_ERR_DECODE,
                              "%s: safetensors entry '%s': data_offsets [%llu, %llu) outside the %llu data bytes "
@@ -310,8 +364,38 @@ static mpr_err_t check_entry(const char *what, const char *name, const mpri_json
     if (r->end - r->begin != (uint64_t)numel * mpr_dtype_size(*dtype))
         return mpr_error_set(MPR_ERR_DECODE,
                              "%s: safetensors entry '%s': %llu data bytes for %lld elements of %s", what, name,
-                             (unsigned long long)(r->end - r->begin), (long long)numel, dt->string);
+                             (unsigned long long)(r->end - r->begin), (long long)numel, dt->valuestring);
     return MPR_OK;
+}
+
+/* Parse the `len`-byte header at `text` as one JSON object followed only by
+ * whitespace (the format pads with spaces). NULL with MPR_ERR_DECODE. */
+static cJSON *parse_header(const char *what, const char *text, size_t len) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header is not valid JSON (at byte %zu of %zu)", what, at,
+                      len);
+        return NULL;
+    }
+    for (const char *p = end; p < text + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header has trailing characters after the JSON at byte %zu",
+                          what, (size_t)(p - text));
+            cJSON_Delete(root);
+            return NULL;
+        }
+    if (!cJSON_IsObject(root)) {
+        mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header is not a JSON object", what);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (check_keys_unique(what, "header", root) != MPR_OK) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
 }
 
 mpr_tensor_dict_t *mpr_safetensors_decode(const void *buf, size_t len, const char *what) {
@@ -336,39 +420,35 @@ mpr_tensor_dict_t *mpr_safetensors_decode(const void *buf, size_t len, const cha
         mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header does not start with '{'", what);
         return NULL;
     }
-    mpri_json_t *root = mpri_json_parse((const char *)b + 8, (size_t)hlen, what);
+    cJSON *root = parse_header(what, (const char *)b + 8, (size_t)hlen);
     if (!root) return NULL;
-    mpr_tensor_dict_t *d = NULL;
-    range_t *ranges = NULL;
-    if (root->kind != MPRI_JSON_OBJECT) {
-        mpr_error_set(MPR_ERR_DECODE, "%s: safetensors header is not a JSON object", what);
-        goto out;
-    }
     const unsigned char *data = b + 8 + hlen;
     uint64_t data_len = len - 8 - hlen;
-    ranges = calloc(root->count + 1, sizeof *ranges);
-    d = mpr_tensor_dict_create();
+    range_t *ranges = calloc((size_t)cJSON_GetArraySize(root) + 1, sizeof *ranges);
+    mpr_tensor_dict_t *d = mpr_tensor_dict_create();
     if (!ranges || !d) {
         mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", what);
         goto fail;
     }
     /* Pass 1: validate every entry and check that no two overlap. */
     size_t nr = 0;
-    for (size_t i = 0; i < root->count; i++) {
-        const char *name = root->keys[i];
-        const mpri_json_t *e = root->items[i];
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        const char *name = e->string;
         if (strcmp(name, "__metadata__") == 0) {
-            if (e->kind != MPRI_JSON_OBJECT) {
+            if (!cJSON_IsObject(e)) {
                 mpr_error_set(MPR_ERR_DECODE, "%s: safetensors __metadata__ is not an object", what);
                 goto fail;
             }
-            for (size_t k = 0; k < e->count; k++) {
-                if (e->items[k]->kind != MPRI_JSON_STRING) {
+            if (check_keys_unique(what, "__metadata__", e) != MPR_OK) goto fail;
+            const cJSON *m;
+            cJSON_ArrayForEach(m, e) {
+                if (!cJSON_IsString(m)) {
                     mpr_error_set(MPR_ERR_DECODE, "%s: safetensors __metadata__ value '%s' is not a string", what,
-                                  e->keys[k]);
+                                  m->string);
                     goto fail;
                 }
-                if (mpr_tensor_dict_set_meta(d, e->keys[k], e->items[k]->string) != MPR_OK) goto fail;
+                if (mpr_tensor_dict_set_meta(d, m->string, m->valuestring) != MPR_OK) goto fail;
             }
             continue;
         }
@@ -379,7 +459,7 @@ mpr_tensor_dict_t *mpr_safetensors_decode(const void *buf, size_t len, const cha
         mpr_dtype_t dt;
         int ndim;
         int64_t shape[MPR_MAX_DIMS];
-        if (check_entry(what, name, e, data_len, &dt, &ndim, shape, &ranges[nr]) != MPR_OK) goto fail;
+        if (check_entry(what, e, data_len, &dt, &ndim, shape, &ranges[nr]) != MPR_OK) goto fail;
         nr++;
     }
     qsort(ranges, nr, sizeof *ranges, range_cmp);
@@ -391,18 +471,17 @@ mpr_tensor_dict_t *mpr_safetensors_decode(const void *buf, size_t len, const cha
             goto fail;
         }
     /* Pass 2: create the tensors. */
-    for (size_t i = 0; i < root->count; i++) {
-        const char *name = root->keys[i];
-        if (strcmp(name, "__metadata__") == 0) continue;
+    cJSON_ArrayForEach(e, root) {
+        if (strcmp(e->string, "__metadata__") == 0) continue;
         mpr_dtype_t dt;
         int ndim;
         int64_t shape[MPR_MAX_DIMS];
         range_t r;
-        if (check_entry(what, name, root->items[i], data_len, &dt, &ndim, shape, &r) != MPR_OK) goto fail;
+        if (check_entry(what, e, data_len, &dt, &ndim, shape, &r) != MPR_OK) goto fail;
         mpr_tensor_t *t = mpr_tensor_empty(dt, ndim, shape);
         if (!t) goto fail;
         if (r.end > r.begin) memcpy(mpr_tensor_data(t), data + r.begin, (size_t)(r.end - r.begin));
-        mpr_err_t rc = mpr_tensor_dict_set(d, name, t);
+        mpr_err_t rc = mpr_tensor_dict_set(d, e->string, t);
         mpr_tensor_release(t);
         if (rc != MPR_OK) goto fail;
     }
@@ -412,7 +491,7 @@ fail:
     d = NULL;
 out:
     free(ranges);
-    mpri_json_free(root);
+    cJSON_Delete(root);
     return d;
 }
 
