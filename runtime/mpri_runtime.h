@@ -213,4 +213,8 @@ mpr_err_t mpri_add_shutdown_hooks(void (*on_quiescent)(void), void (*after_stop)
 void mpri_run_quiescent_hooks(void);
 void mpri_run_after_stop_hooks(void);
 
+/* Seconds a graceful shutdown may take before it fails with a timeout (<= 0: no
+ * limit). Defined in shutdown.c, set by mpri_world_init from opts.shutdown_timeout_s. */
+extern double mpri_shutdown_timeout_s;
+
 #endif

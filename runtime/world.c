@@ -215,7 +215,6 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     mpri_rt.default_timeout_s = opts.rpc_timeout_s;
     mpri_rt.progress_pu = opts.progress_thread_pu;
     atomic_store(&mpri_rt.next_request_id, 1);
-    extern double mpri_shutdown_timeout_s;
     mpri_shutdown_timeout_s = opts.shutdown_timeout_s;
     if ((e = mpri_shutdown_prepare())) goto fail;
     atomic_store(&mpri_rt.state, MPRI_RUNNING);
