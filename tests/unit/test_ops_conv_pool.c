@@ -1,7 +1,8 @@
 /* test_ops_conv_pool.c — conv2d, max_pool2d and dropout: values against
  * PyTorch 1.13 (numbers printed by torch for the same sin/cos-filled inputs),
  * f64 gradient checks (stride, padding, 1x1 kernels, no bias), shape errors,
- * and dropout's train/eval behaviour, scaling and determinism. */
+ * and dropout's train/eval behaviour, scaling, determinism and f64 gradient
+ * checks (training mode with a fixed mask, eval mode, p = 0). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,11 +182,53 @@ static void test_dropout(void **state) {
     mpr_tensor_release(x);
 }
 
+/* Dropout f64 gradient checks in training mode (a fresh generator with the same
+ * seed per call keeps the mask fixed), in eval mode and with p = 0. */
+typedef struct {
+    double p;
+    bool training;
+} drop_ctx_t;
+
+static mpr_tensor_t *f_dropout(mpr_tensor_t **in, void *c) {
+    drop_ctx_t *k = c;
+    /* the same mask on every call: a fresh generator with a fixed seed */
+    mpr_generator_t *g = mpr_generator_create(2024);
+    mpr_tensor_t *y = mpr_dropout(in[0], k->p, k->training, g);
+    mpr_generator_destroy(g);
+    return mpr_mul(y, in[0]); /* y * x so the check is not linear in x */
+}
+
+static void test_dropout_gradcheck(void **state) {
+    mpr_tensor_t *x = tu_randn(MPR_SHAPE(4, 6), 1, true);
+    drop_ctx_t train = {0.4, true}, eval = {0.4, false}, p0 = {0.0, true};
+    TU_GRADCHECK("dropout train", f_dropout, &train, 1, &x, 1e-8, 1e-6);
+    TU_GRADCHECK("dropout eval", f_dropout, &eval, 1, &x, 1e-8, 1e-6);
+    TU_GRADCHECK("dropout p=0", f_dropout, &p0, 1, &x, 1e-8, 1e-6);
+    /* the training mask really zeroes some and keeps others */
+    mpr_scope_begin();
+    mpr_generator_t *g = mpr_generator_create(2024);
+    mpr_tensor_t *y = mpr_dropout(x, 0.4, true, g);
+    mpr_generator_destroy(g);
+    const double *yd = mpr_tensor_data(y), *xd = mpr_tensor_data(x);
+    int zeros = 0, kept = 0;
+    for (int i = 0; i < 24; i++) {
+        if (yd[i] == 0.0)
+            zeros++;
+        else if (fabs(yd[i] - xd[i] / 0.6) < 1e-12)
+            kept++;
+    }
+    assert_int_equal(zeros + kept, 24);
+    assert_true(zeros > 0 && kept > 0);
+    mpr_scope_end();
+    mpr_tensor_release(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_values), cmocka_unit_test(test_conv_grad),
         cmocka_unit_test(test_pool_grad),   cmocka_unit_test(test_conv_pool_errors),
         cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_dropout_gradcheck),
     };
     return tu_run_group_no_leaks(tests);
 }

@@ -1,13 +1,15 @@
 /* test_ops_index_join.c — embedding, index_select, gather, cat, stack, split
  * and chunk: values on small hand-checked cases, f64 gradient checks
  * (including repeated indices, whose gradients must add up), views sharing
- * storage, unbind (one node for all slices), and argument errors naming the
- * op and shapes. */
+ * storage, unbind (one node for all slices), argument errors naming the op
+ * and shapes, and out-of-range or negative indices, class targets and view
+ * arguments refused before any access. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "mpirpc/nn_functional.h"
 #include "nn_test_util.h"
 
 typedef struct {
@@ -203,11 +205,57 @@ static void test_unbind(void **state) {
     mpr_tensor_release(x);
 }
 
+/* Out-of-range and negative indices/targets are refused before any access
+ * (embedding, index_select, gather, nll_loss, cross_entropy), and so are
+ * out-of-range view arguments. */
+/* NULL with an error that names the op (the code may be SHAPE or INVALID_ARG). */
+#define EXPECT_FAILS(expr, op)                                                                   \
+    do {                                                                                         \
+        mpr_tensor_t *r_ = (expr);                                                               \
+        if (r_) fail_msg("%s: expected an error, got a tensor", op);                            \
+        mpr_err_t c_ = mpr_last_error_code();                                                    \
+        assert_true(c_ == MPR_ERR_SHAPE || c_ == MPR_ERR_INVALID_ARG);                          \
+        if (!strstr(mpr_last_error(), op)) fail_msg("error '%s' should name '%s'", mpr_last_error(), op); \
+    } while (0)
+
+static void test_bad_indices_refused(void **state) {
+    mpr_scope_begin();
+    mpr_tensor_t *w = tu_randn(MPR_SHAPE(5, 3), 1, false); /* scope-owned */
+    mpr_tensor_t *neg = tu_i64(MPR_SHAPE(2), (int64_t[]){0, -1}); /* scope-owned */
+    mpr_tensor_t *big = tu_i64(MPR_SHAPE(2), (int64_t[]){5, 0}); /* scope-owned */
+    TU_EXPECT_ERR(mpr_embedding(w, neg), MPR_ERR_INVALID_ARG, "-1");
+    TU_EXPECT_ERR(mpr_embedding(w, big), MPR_ERR_INVALID_ARG, "5");
+    TU_EXPECT_ERR(mpr_index_select(w, 0, neg), MPR_ERR_INVALID_ARG, "index_select");
+    TU_EXPECT_ERR(mpr_index_select(w, 1, big), MPR_ERR_INVALID_ARG, "index_select");
+    mpr_tensor_t *gi = tu_i64(MPR_SHAPE(2, 1), (int64_t[]){0, -2}); /* scope-owned */
+    TU_EXPECT_ERR(mpr_gather(w, 1, gi), MPR_ERR_INVALID_ARG, "gather");
+    /* class targets: negative (not the ignore index) and too large */
+    mpr_tensor_t *logits = tu_randn(MPR_SHAPE(2, 5), 2, false); /* scope-owned */
+    TU_EXPECT_ERR(mpr_cross_entropy(logits, neg), MPR_ERR_INVALID_ARG, "-1");
+    TU_EXPECT_ERR(mpr_nll_loss(logits, big), MPR_ERR_INVALID_ARG, "5");
+    mpr_tensor_t *t7 = tu_i64(MPR_SHAPE(2), (int64_t[]){7, 1}); /* scope-owned */
+    TU_EXPECT_ERR(mpr_cross_entropy(logits, t7), MPR_ERR_INVALID_ARG, "7");
+    /* float index tensors are a dtype error */
+    TU_EXPECT_ERR(mpr_index_select(w, 0, mpr_zeros(MPR_F64, MPR_SHAPE(2))), MPR_ERR_DTYPE, "index_select");
+    TU_EXPECT_ERR(mpr_cross_entropy(logits, mpr_zeros(MPR_F64, MPR_SHAPE(2))), MPR_ERR_DTYPE, "cross_entropy");
+    /* views out of range */
+    TU_EXPECT_ERR(mpr_narrow(w, 1, 2, 2), MPR_ERR_SHAPE, "narrow");
+    EXPECT_FAILS(mpr_transpose(w, 0, 2), "transpose");
+    EXPECT_FAILS(mpr_permute(w, 2, (const int[]){0, 0}), "permute");
+    EXPECT_FAILS(mpr_select(w, 0, 5), "select");
+    EXPECT_FAILS(mpr_select(w, 1, -4), "select");
+    EXPECT_FAILS(mpr_slice(w, 2, 0, 1, 1), "slice");
+    EXPECT_FAILS(mpr_squeeze(w, 3), "squeeze");
+    EXPECT_FAILS(mpr_unsqueeze(w, 4), "unsqueeze");
+    mpr_scope_end();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_index_select),
         cmocka_unit_test(test_gather),    cmocka_unit_test(test_cat_stack),
         cmocka_unit_test(test_split_chunk), cmocka_unit_test(test_unbind),
+        cmocka_unit_test(test_bad_indices_refused),
     };
     return tu_run_group_no_leaks(tests);
 }

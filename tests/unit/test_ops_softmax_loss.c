@@ -194,11 +194,52 @@ static void test_cuda_matches_cpu(void **state) {
         }
 }
 
+/* nll_loss on its own (not only behind log_softmax): f64 gradient checks on
+ * arbitrary inputs, ignored targets, a 1-D input with a 0-d target, and its value. */
+typedef struct {
+    mpr_tensor_t *target;
+    int64_t ignore;
+} nll_ctx_t;
+
+static mpr_tensor_t *f_nll_direct(mpr_tensor_t **in, void *c) {
+    nll_ctx_t *k = c;
+    return mpr_nll_loss_ex(in[0], k->target, k->ignore);
+}
+
+static void test_nll_loss_gradcheck(void **state) {
+    /* nll_loss on arbitrary inputs (not log-probabilities): its own backward */
+    mpr_tensor_t *x = tu_randn(MPR_SHAPE(5, 4), 3, true);
+    nll_ctx_t c = {tu_i64(MPR_SHAPE(5), (int64_t[]){0, 3, 3, 1, 2}), MPR_IGNORE_INDEX_DEFAULT};
+    TU_GRADCHECK("nll_loss direct", f_nll_direct, &c, 1, &x, 1e-8, 1e-6);
+    nll_ctx_t ci = {tu_i64(MPR_SHAPE(5), (int64_t[]){1, 2, -100, 0, -100}), MPR_IGNORE_INDEX_DEFAULT};
+    TU_GRADCHECK("nll_loss direct ignore", f_nll_direct, &ci, 1, &x, 1e-8, 1e-6);
+    /* 1-D input with a 0-d target */
+    mpr_tensor_t *x1 = tu_randn(MPR_SHAPE(4), 4, true);
+    nll_ctx_t c0 = {mpr_from_buffer(MPR_I64, 0, NULL, (int64_t[]){2}), MPR_IGNORE_INDEX_DEFAULT};
+    TU_GRADCHECK("nll_loss 1-D", f_nll_direct, &c0, 1, &x1, 1e-8, 1e-6);
+    /* value: mean of -x[i, t[i]] */
+    double v;
+    mpr_scope_begin();
+    assert_int_equal(mpr_item(mpr_nll_loss(x, c.target), &v), MPR_OK);
+    const double *xd = mpr_tensor_data(x);
+    const int64_t t[5] = {0, 3, 3, 1, 2};
+    double want = 0;
+    for (int i = 0; i < 5; i++) want -= xd[i * 4 + t[i]];
+    assert_true(fabs(v - want / 5) < 1e-14);
+    mpr_scope_end();
+    mpr_tensor_release(c.target);
+    mpr_tensor_release(ci.target);
+    mpr_tensor_release(c0.target);
+    mpr_tensor_release(x);
+    mpr_tensor_release(x1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_values), cmocka_unit_test(test_softmax_grad),
         cmocka_unit_test(test_loss_values),    cmocka_unit_test(test_loss_grad),
         cmocka_unit_test(test_loss_errors),    cmocka_unit_test(test_cuda_matches_cpu),
+        cmocka_unit_test(test_nll_loss_gradcheck),
     };
     return tu_run_group_no_leaks(tests);
 }

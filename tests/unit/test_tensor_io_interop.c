@@ -1,4 +1,4 @@
-/* test_audit_interop.c — files written by this library are readable by
+/* test_tensor_io_interop.c — files written by this library are readable by
  * NumPy/PyTorch tooling, and files written by that tooling load here
  * (issue #3: ".npy and .safetensors readable by PyTorch/NumPy tooling").
  *
