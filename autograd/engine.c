@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "kernels/mpri_kernels.h"
 #include "mpri_assert.h"
 #include "mpri_engine.h"
@@ -537,6 +538,7 @@ mpr_err_t mpri_graph_task_run(mpri_graph_task_t *t, int n, const mpri_edge_t *ed
 }
 
 mpr_err_t mpr_backward(mpr_tensor_t *root, mpr_tensor_t *grad, bool retain_graph) {
+    MPRI_ARG_NONNULL(root);
     if (!root) return mpr_error_set(MPR_ERR_INVALID_ARG, "backward: root tensor is NULL");
     if (!mpr_requires_grad(root))
         return mpr_error_set(MPR_ERR_STATE,

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 
 const mpri_op_def_t mpri_accumulate_def = {.name = "AccumulateGrad", .backward = NULL};
@@ -51,12 +52,17 @@ struct mpri_autograd_meta *mpri_meta_get(mpr_tensor_t *t) {
 }
 
 bool mpr_requires_grad(const mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL_OR(t, false);
     return t && t->autograd && (t->autograd->requires_grad || t->autograd->grad_fn);
 }
 
-bool mpr_is_leaf(const mpr_tensor_t *t) { return t && !(t->autograd && t->autograd->grad_fn); }
+bool mpr_is_leaf(const mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL_OR(t, false);
+    return t && !(t->autograd && t->autograd->grad_fn);
+}
 
 const char *mpr_grad_fn_name(const mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL_OR(t, NULL);
     if (!t || !t->autograd || !t->autograd->grad_fn) return NULL;
     return t->autograd->grad_fn->def->name;
 }
@@ -69,6 +75,7 @@ mpr_err_t mpri_check_float(const char *op, const mpr_tensor_t *t) {
 }
 
 mpr_err_t mpr_set_requires_grad(mpr_tensor_t *t, bool requires_grad) {
+    MPRI_ARG_NONNULL(t);
     if (!t) return mpr_error_set(MPR_ERR_INVALID_ARG, "set_requires_grad: tensor is NULL");
     if (requires_grad && mpri_check_float("set_requires_grad", t) != MPR_OK) return MPR_ERR_DTYPE;
     if (!mpr_is_leaf(t))
@@ -84,6 +91,7 @@ mpr_err_t mpr_set_requires_grad(mpr_tensor_t *t, bool requires_grad) {
 }
 
 mpr_tensor_t *mpr_tensor_grad(const mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL_OR(t, NULL);
     return (t && t->autograd) ? t->autograd->grad : NULL;
 }
 
@@ -94,6 +102,7 @@ void mpr_zero_grad(mpr_tensor_t *t) {
 }
 
 mpr_err_t mpr_set_grad(mpr_tensor_t *t, mpr_tensor_t *grad) {
+    MPRI_ARG_NONNULL(t);
     if (!t) return mpr_error_set(MPR_ERR_INVALID_ARG, "set_grad: tensor is NULL");
     if (grad) {
         if (grad->dtype != t->dtype)
@@ -152,6 +161,7 @@ mpr_tensor_t *mpri_alias(const mpr_tensor_t *t) {
 }
 
 mpr_tensor_t *mpr_detach(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     return mpri_result(mpri_alias(t));
 }

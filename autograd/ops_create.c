@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -25,18 +26,23 @@ static mpr_tensor_t *filled(const char *op, mpr_dtype_t dtype, int ndim, const i
 }
 
 mpr_tensor_t *mpr_zeros(mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return filled("zeros", dtype, ndim, shape, 0, true);
 }
 mpr_tensor_t *mpr_ones(mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return filled("ones", dtype, ndim, shape, 1, false);
 }
 mpr_tensor_t *mpr_full(mpr_dtype_t dtype, int ndim, const int64_t *shape, double value) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return filled("full", dtype, ndim, shape, value, false);
 }
 mpr_tensor_t *mpr_zeros_like(const mpr_tensor_t *like) {
+    MPRI_ARG_NONNULL_OR(like, NULL);
     return like ? mpri_full_on(like->storage->device, like->dtype, like->ndim, like->shape, 0.0) : NULL;
 }
 mpr_tensor_t *mpr_ones_like(const mpr_tensor_t *like) {
+    MPRI_ARG_NONNULL_OR(like, NULL);
     return like ? mpri_full_on(like->storage->device, like->dtype, like->ndim, like->shape, 1.0) : NULL;
 }
 
@@ -68,6 +74,8 @@ mpr_tensor_t *mpr_arange(mpr_dtype_t dtype, double start, double end, double ste
 }
 
 mpr_tensor_t *mpr_from_buffer(mpr_dtype_t dtype, int ndim, const int64_t *shape, const void *data) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
+    MPRI_ARG_NONNULL_OR(data, NULL);
     int64_t numel;
     if (mpri_tensor_check_shape("from_buffer", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
     if (!data && numel > 0) {
@@ -81,6 +89,9 @@ mpr_tensor_t *mpr_from_buffer(mpr_dtype_t dtype, int ndim, const int64_t *shape,
 }
 
 mpr_err_t mpr_item(const mpr_tensor_t *t, double *out) {
+    if (out) *out = 0;
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(out);
     if (!t || !out) return mpr_error_set(MPR_ERR_INVALID_ARG, "item: tensor or out is NULL");
     if (mpr_tensor_numel(t) != 1) {
         char sb[96];
@@ -96,6 +107,8 @@ mpr_err_t mpr_item(const mpr_tensor_t *t, double *out) {
 }
 
 mpr_err_t mpr_copy_to_buffer(const mpr_tensor_t *t, mpr_dtype_t dtype, void *out, size_t out_bytes) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(out);
     if (!t || (!out && out_bytes)) return mpr_error_set(MPR_ERR_INVALID_ARG, "copy_to_buffer: NULL argument");
     size_t need = (size_t)mpr_tensor_numel(t) * mpr_dtype_size(dtype);
     if (mpr_dtype_size(dtype) == 0)
@@ -132,6 +145,7 @@ static const mpri_op_def_t clone_def = {.name = "clone", .backward = convert_bac
 static const mpri_op_def_t to_dtype_def = {.name = "to_dtype", .backward = convert_backward};
 
 mpr_tensor_t *mpr_clone(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     mpr_tensor_t *out = converted(t, t->dtype);
     if (!out) return NULL;
@@ -140,6 +154,7 @@ mpr_tensor_t *mpr_clone(mpr_tensor_t *t) {
 }
 
 mpr_tensor_t *mpr_to_dtype(mpr_tensor_t *t, mpr_dtype_t dtype) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     if (mpr_dtype_size(dtype) == 0) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "to_dtype: invalid dtype %d", (int)dtype);
@@ -152,6 +167,8 @@ mpr_tensor_t *mpr_to_dtype(mpr_tensor_t *t, mpr_dtype_t dtype) {
 }
 
 bool mpr_allclose(const mpr_tensor_t *a, const mpr_tensor_t *b, double rtol, double atol) {
+    MPRI_ARG_NONNULL_OR(a, false);
+    MPRI_ARG_NONNULL_OR(b, false);
     if (!a || !b || a->ndim != b->ndim || a->storage->device >= 0 || b->storage->device >= 0) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;

@@ -11,6 +11,7 @@
  * fails with MPR_ERR_UNSUPPORTED and device -1 behaves as the identity. */
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpirpc/cuda.h"
 #include "mpri_autograd.h"
 
@@ -31,6 +32,7 @@ static mpr_err_t check_device(const char *op, int device) {
 }
 
 mpr_tensor_t *mpr_tensor_empty_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     if (check_device("empty_on", device) != MPR_OK) return NULL;
     return mpri_empty_on(device, dtype, ndim, shape); /* device memory from the registered backend */
 }
@@ -65,6 +67,7 @@ static const mpri_op_def_t to_device_def = {.name = "to_device", .backward = to_
                                             MPRI_OP_STATE(mpri_ctx_to_device_t)};
 
 mpr_tensor_t *mpr_to_device(mpr_tensor_t *t, int device) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     if (check_device("to_device", device) != MPR_OK) return NULL;
     if (t->storage->device == device) return mpri_result(mpr_tensor_retain(t));

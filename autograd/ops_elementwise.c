@@ -6,6 +6,7 @@
  * binary backward reduces each gradient back to its operand's shape with
  * mpri_sum_to; unary ops save only what their derivative needs (the input
  * for log/abs/pow/clamp/gelu, the output for exp/sqrt/relu/tanh/sigmoid). */
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -98,10 +99,26 @@ static mpr_tensor_t *binary(mpri_binop_t op, mpr_tensor_t *a, mpr_tensor_t *b) {
     return mpri_result(out);
 }
 
-mpr_tensor_t *mpr_add(mpr_tensor_t *a, mpr_tensor_t *b) { return binary(MPRI_BIN_ADD, a, b); }
-mpr_tensor_t *mpr_sub(mpr_tensor_t *a, mpr_tensor_t *b) { return binary(MPRI_BIN_SUB, a, b); }
-mpr_tensor_t *mpr_mul(mpr_tensor_t *a, mpr_tensor_t *b) { return binary(MPRI_BIN_MUL, a, b); }
-mpr_tensor_t *mpr_div(mpr_tensor_t *a, mpr_tensor_t *b) { return binary(MPRI_BIN_DIV, a, b); }
+mpr_tensor_t *mpr_add(mpr_tensor_t *a, mpr_tensor_t *b) {
+    MPRI_OP_INPUT(a);
+    MPRI_OP_INPUT(b);
+    return binary(MPRI_BIN_ADD, a, b);
+}
+mpr_tensor_t *mpr_sub(mpr_tensor_t *a, mpr_tensor_t *b) {
+    MPRI_OP_INPUT(a);
+    MPRI_OP_INPUT(b);
+    return binary(MPRI_BIN_SUB, a, b);
+}
+mpr_tensor_t *mpr_mul(mpr_tensor_t *a, mpr_tensor_t *b) {
+    MPRI_OP_INPUT(a);
+    MPRI_OP_INPUT(b);
+    return binary(MPRI_BIN_MUL, a, b);
+}
+mpr_tensor_t *mpr_div(mpr_tensor_t *a, mpr_tensor_t *b) {
+    MPRI_OP_INPUT(a);
+    MPRI_OP_INPUT(b);
+    return binary(MPRI_BIN_DIV, a, b);
+}
 
 /* -------------------------------------------------------------- unary */
 
@@ -187,21 +204,61 @@ static mpr_tensor_t *unary(mpri_unop_t op, mpr_tensor_t *a, double p0, double p1
     return mpri_result(out);
 }
 
-mpr_tensor_t *mpr_neg(mpr_tensor_t *a) { return unary(MPRI_UN_NEG, a, 0, 0); }
-mpr_tensor_t *mpr_exp(mpr_tensor_t *a) { return unary(MPRI_UN_EXP, a, 0, 0); }
-mpr_tensor_t *mpr_log(mpr_tensor_t *a) { return unary(MPRI_UN_LOG, a, 0, 0); }
-mpr_tensor_t *mpr_sqrt(mpr_tensor_t *a) { return unary(MPRI_UN_SQRT, a, 0, 0); }
-mpr_tensor_t *mpr_abs(mpr_tensor_t *a) { return unary(MPRI_UN_ABS, a, 0, 0); }
-mpr_tensor_t *mpr_relu(mpr_tensor_t *a) { return unary(MPRI_UN_RELU, a, 0, 0); }
-mpr_tensor_t *mpr_tanh(mpr_tensor_t *a) { return unary(MPRI_UN_TANH, a, 0, 0); }
-mpr_tensor_t *mpr_sigmoid(mpr_tensor_t *a) { return unary(MPRI_UN_SIGMOID, a, 0, 0); }
-mpr_tensor_t *mpr_gelu(mpr_tensor_t *a) { return unary(MPRI_UN_GELU, a, 0, 0); }
-mpr_tensor_t *mpr_pow(mpr_tensor_t *a, double e) { return unary(MPRI_UN_POW, a, e, 0); }
-mpr_tensor_t *mpr_add_scalar(mpr_tensor_t *a, double s) { return unary(MPRI_UN_ADD_S, a, s, 0); }
-mpr_tensor_t *mpr_mul_scalar(mpr_tensor_t *a, double s) { return unary(MPRI_UN_MUL_S, a, s, 0); }
-mpr_tensor_t *mpr_rsub_scalar(mpr_tensor_t *a, double s) { return unary(MPRI_UN_RSUB_S, a, s, 0); }
+mpr_tensor_t *mpr_neg(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_NEG, a, 0, 0);
+}
+mpr_tensor_t *mpr_exp(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_EXP, a, 0, 0);
+}
+mpr_tensor_t *mpr_log(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_LOG, a, 0, 0);
+}
+mpr_tensor_t *mpr_sqrt(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_SQRT, a, 0, 0);
+}
+mpr_tensor_t *mpr_abs(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_ABS, a, 0, 0);
+}
+mpr_tensor_t *mpr_relu(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_RELU, a, 0, 0);
+}
+mpr_tensor_t *mpr_tanh(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_TANH, a, 0, 0);
+}
+mpr_tensor_t *mpr_sigmoid(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_SIGMOID, a, 0, 0);
+}
+mpr_tensor_t *mpr_gelu(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_GELU, a, 0, 0);
+}
+mpr_tensor_t *mpr_pow(mpr_tensor_t *a, double e) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_POW, a, e, 0);
+}
+mpr_tensor_t *mpr_add_scalar(mpr_tensor_t *a, double s) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_ADD_S, a, s, 0);
+}
+mpr_tensor_t *mpr_mul_scalar(mpr_tensor_t *a, double s) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_MUL_S, a, s, 0);
+}
+mpr_tensor_t *mpr_rsub_scalar(mpr_tensor_t *a, double s) {
+    MPRI_OP_INPUT(a);
+    return unary(MPRI_UN_RSUB_S, a, s, 0);
+}
 
 mpr_tensor_t *mpr_clamp(mpr_tensor_t *a, double lo, double hi) {
+    MPRI_OP_INPUT(a);
     if (a && lo > hi) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "clamp: lo %g > hi %g", lo, hi);
         return NULL;

@@ -7,6 +7,7 @@
  * broadcast to the destination's shape (never the other way round). */
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -68,13 +69,24 @@ static mpr_err_t binary_(const char *op, mpri_binop_t bop, mpr_tensor_t *t, mpr_
     return rc;
 }
 
-mpr_err_t mpr_add_(mpr_tensor_t *t, mpr_tensor_t *other) { return binary_("add_", MPRI_BIN_ADD, t, other, 1.0); }
+mpr_err_t mpr_add_(mpr_tensor_t *t, mpr_tensor_t *other) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(other);
+    return binary_("add_", MPRI_BIN_ADD, t, other, 1.0);
+}
 mpr_err_t mpr_add_scaled_(mpr_tensor_t *t, mpr_tensor_t *other, double alpha) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(other);
     return binary_("add_scaled_", MPRI_BIN_ADD, t, other, alpha);
 }
-mpr_err_t mpr_mul_(mpr_tensor_t *t, mpr_tensor_t *other) { return binary_("mul_", MPRI_BIN_MUL, t, other, 1.0); }
+mpr_err_t mpr_mul_(mpr_tensor_t *t, mpr_tensor_t *other) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(other);
+    return binary_("mul_", MPRI_BIN_MUL, t, other, 1.0);
+}
 
 mpr_err_t mpr_mul_scalar_(mpr_tensor_t *t, double s) {
+    MPRI_ARG_NONNULL(t);
     const mpri_backend_t *B = check_dst("mul_scalar_", t, NULL, false);
     if (!B) return mpr_last_error_code();
     int dev = t->storage->device;
@@ -99,6 +111,7 @@ mpr_err_t mpr_mul_scalar_(mpr_tensor_t *t, double s) {
 }
 
 mpr_err_t mpr_fill_(mpr_tensor_t *t, double value) {
+    MPRI_ARG_NONNULL(t);
     const mpri_backend_t *B = check_dst("fill_", t, NULL, false);
     if (!B) return mpr_last_error_code();
     mpr_err_t rc = MPRI_BK(B, fill, t->storage->device, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides,
@@ -108,6 +121,7 @@ mpr_err_t mpr_fill_(mpr_tensor_t *t, double value) {
 }
 
 mpr_err_t mpr_zero_(mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL(t);
     const mpri_backend_t *B = check_dst("zero_", t, NULL, false);
     if (!B) return mpr_last_error_code();
     mpr_err_t rc = MPR_OK;
@@ -120,6 +134,8 @@ mpr_err_t mpr_zero_(mpr_tensor_t *t) {
 }
 
 mpr_err_t mpr_copy_(mpr_tensor_t *t, mpr_tensor_t *src) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(src);
     const mpri_backend_t *B = check_dst("copy_", t, src, true);
     if (!B) return mpr_last_error_code();
     int dev = t->storage->device;

@@ -11,6 +11,7 @@
  * an MLP, 2 for the others). */
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -151,6 +152,8 @@ fail:
 }
 
 mpr_tensor_t *mpr_matmul(mpr_tensor_t *a, mpr_tensor_t *b) {
+    MPRI_OP_INPUT(a);
+    MPRI_OP_INPUT(b);
     if (!a || !b) return NULL;
     if (mpri_check_float("matmul", a) || mpri_check_float("matmul", b) || mpri_check_same_dtype("matmul", a, b))
         return NULL;
@@ -221,6 +224,8 @@ static mpr_err_t linear_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
 static const mpri_op_def_t linear_def = {.name = "linear", .backward = linear_backward};
 
 mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b) {
+    MPRI_OP_INPUT(x);
+    MPRI_OP_INPUT(w);
     if (!x || !w) return NULL;
     char s1[96], s2[96], s3[96];
     if (mpri_check_float("linear", x) || mpri_check_same_dtype("linear", x, w) ||

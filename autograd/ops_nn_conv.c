@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 /* C[m, n] = alpha op(A) op(B) + beta C, row-major, in the tensor's dtype. */
@@ -132,6 +133,8 @@ static const mpri_op_def_t conv_def = {.name = "conv2d", .backward = conv_backwa
 
 mpr_tensor_t *mpr_conv2d(mpr_tensor_t *x, mpr_tensor_t *weight, mpr_tensor_t *bias, int64_t sh,
                          int64_t sw, int64_t ph, int64_t pw) {
+    MPRI_OP_INPUT(x);
+    MPRI_OP_INPUT(weight);
     if (!x || !weight) return NULL;
     const char *op = "conv2d";
     if (mpri_nn_check_float_cpu(op, x) != MPR_OK || mpri_nn_check_cpu(op, weight) != MPR_OK ||

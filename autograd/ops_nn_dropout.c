@@ -10,6 +10,7 @@
  * is returned as is (a new reference), like torch.nn.functional.dropout. */
 #include <math.h>
 
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 static inline uint64_t splitmix64(uint64_t *s) {
@@ -20,6 +21,7 @@ static inline uint64_t splitmix64(uint64_t *s) {
 }
 
 mpr_tensor_t *mpr_dropout(mpr_tensor_t *x, double p, bool training, mpr_generator_t *gen) {
+    MPRI_OP_INPUT(x);
     if (!x) return NULL;
     const char *op = "dropout";
     if (mpri_nn_check_float_cpu(op, x) != MPR_OK) return NULL;

@@ -8,6 +8,7 @@
  * repeated indices accumulate, and the gradient of the indexed input is dense
  * (same shape as the input). gather with an index smaller than the input in
  * the other dims narrows the input first (views with their own backward). */
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 /* ------------------------------------- shared by index_select and gather
@@ -128,6 +129,8 @@ static mpr_tensor_t *index_common(const mpri_op_def_t *def, mpr_tensor_t *x, int
 }
 
 mpr_tensor_t *mpr_index_select(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
+    MPRI_OP_INPUT(x);
+    MPRI_OP_INPUT(index);
     if (!x || !index) return NULL;
     const char *op = "index_select";
     int d;
@@ -148,6 +151,8 @@ mpr_tensor_t *mpr_index_select(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
 }
 
 mpr_tensor_t *mpr_embedding(mpr_tensor_t *weight, mpr_tensor_t *indices) {
+    MPRI_OP_INPUT(weight);
+    MPRI_OP_INPUT(indices);
     if (!weight || !indices) return NULL;
     const char *op = "embedding";
     if (mpri_nn_check_float_cpu(op, weight) != MPR_OK ||
@@ -170,6 +175,8 @@ static mpr_tensor_t *gather_same(mpr_tensor_t *x, int d, mpr_tensor_t *index) {
 }
 
 mpr_tensor_t *mpr_gather(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
+    MPRI_OP_INPUT(x);
+    MPRI_OP_INPUT(index);
     if (!x || !index) return NULL;
     const char *op = "gather";
     int d;

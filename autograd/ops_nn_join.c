@@ -13,6 +13,7 @@
  * escape it, so they follow the ownership rule of every op. */
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 /* ------------------------------------------------------------------- cat
@@ -49,6 +50,7 @@ static mpr_err_t cat_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
 static const mpri_op_def_t cat_def = {.name = "cat", .backward = cat_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
+    if (n > 0) MPRI_ARG_NONNULL_OR(xs, NULL);
     if (!xs || n < 1) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "cat: expected a non-empty list of tensors (n = %d)", n);
         return NULL;
@@ -112,6 +114,7 @@ mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
 /* ----------------------------------------------------------------- stack */
 
 mpr_tensor_t *mpr_stack(mpr_tensor_t *const *xs, int n, int dim) {
+    if (n > 0) MPRI_ARG_NONNULL_OR(xs, NULL);
     if (!xs || n < 1) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "stack: expected a non-empty list of tensors (n = %d)",
                       n);
@@ -154,7 +157,11 @@ mpr_tensor_t *mpr_stack(mpr_tensor_t *const *xs, int n, int dim) {
 
 mpr_err_t mpr_split(mpr_tensor_t *x, int64_t split_size, int dim, mpr_tensor_t **out, int cap,
                     int *n_out) {
+    if (out) *out = NULL;
     if (n_out) *n_out = 0;
+    MPRI_ARG_NONNULL(x);
+    MPRI_ARG_NONNULL(out);
+    MPRI_ARG_NONNULL(n_out);
     if (!x || !out || !n_out)
         return x ? mpr_error_set(MPR_ERR_INVALID_ARG, "split: out and n_out must not be NULL")
                  : mpr_last_error_code();
@@ -194,7 +201,11 @@ mpr_err_t mpr_split(mpr_tensor_t *x, int64_t split_size, int dim, mpr_tensor_t *
 }
 
 mpr_err_t mpr_chunk(mpr_tensor_t *x, int chunks, int dim, mpr_tensor_t **out, int *n_out) {
+    if (out) *out = NULL;
     if (n_out) *n_out = 0;
+    MPRI_ARG_NONNULL(x);
+    MPRI_ARG_NONNULL(out);
+    MPRI_ARG_NONNULL(n_out);
     if (!x) return mpr_last_error_code();
     if (chunks < 1)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "chunk: chunks must be >= 1, got %d", chunks);
@@ -238,7 +249,11 @@ static mpr_err_t unbind_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
 static const mpri_op_def_t unbind_def = {.name = "unbind", .backward = unbind_backward, MPRI_OP_STATE(mpri_ctx_dim_t)};
 
 mpr_err_t mpr_unbind(mpr_tensor_t *x, int dim, mpr_tensor_t **out, int cap, int *n_out) {
+    if (out) *out = NULL;
     if (n_out) *n_out = 0;
+    MPRI_ARG_NONNULL(x);
+    MPRI_ARG_NONNULL(out);
+    MPRI_ARG_NONNULL(n_out);
     if (!x) return mpr_last_error_code();
     if (!out || !n_out)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "unbind: out and n_out must not be NULL");

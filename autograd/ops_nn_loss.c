@@ -11,6 +11,7 @@
  * log-sum-exp (not the [N, C] probabilities). */
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 /* Checks input [N, C] / target [N] (or input [C] / target 0-d), same device. */
@@ -86,6 +87,8 @@ static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
 static const mpri_op_def_t nll_def = {.name = "nll_loss", .backward = nll_backward, MPRI_OP_STATE(mpri_ctx_class_loss_t)};
 
 mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t ignore_index) {
+    MPRI_OP_INPUT(logp);
+    MPRI_OP_INPUT(target);
     if (!logp || !target) return NULL;
     const char *op = "nll_loss";
     int64_t N, C;
@@ -115,6 +118,8 @@ mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t 
 }
 
 mpr_tensor_t *mpr_nll_loss(mpr_tensor_t *logp, mpr_tensor_t *target) {
+    MPRI_OP_INPUT(logp);
+    MPRI_OP_INPUT(target);
     return mpr_nll_loss_ex(logp, target, MPR_IGNORE_INDEX_DEFAULT);
 }
 
@@ -148,6 +153,8 @@ static const mpri_op_def_t ce_def = {.name = "cross_entropy", .backward = ce_bac
 
 mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
                                    int64_t ignore_index) {
+    MPRI_OP_INPUT(logits);
+    MPRI_OP_INPUT(target);
     if (!logits || !target) return NULL;
     const char *op = "cross_entropy";
     int64_t N, C;
@@ -184,6 +191,8 @@ mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
 }
 
 mpr_tensor_t *mpr_cross_entropy(mpr_tensor_t *logits, mpr_tensor_t *target) {
+    MPRI_OP_INPUT(logits);
+    MPRI_OP_INPUT(target);
     return mpr_cross_entropy_ex(logits, target, MPR_IGNORE_INDEX_DEFAULT);
 }
 
@@ -219,6 +228,8 @@ static mpr_err_t mse_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
 static const mpri_op_def_t mse_def = {.name = "mse_loss", .backward = mse_backward};
 
 mpr_tensor_t *mpr_mse_loss(mpr_tensor_t *input, mpr_tensor_t *target) {
+    MPRI_OP_INPUT(input);
+    MPRI_OP_INPUT(target);
     if (!input || !target) return NULL;
     const char *op = "mse_loss";
     int dev = mpri_nn_dev(input);

@@ -5,6 +5,7 @@
  * the node), c_prev and the new c; the engine supplies a zero gradient for
  * an output nobody used, so backward always sees both; inputs are made
  * contiguous (a select of the projected sequence is already contiguous). */
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 static mpr_err_t lstm_cell_backward(mpri_node_t *n, mpr_tensor_t *const *gout,
@@ -50,9 +51,13 @@ static const mpri_op_def_t lstm_cell_def = {.name = "lstm_cell", .backward = lst
 
 mpr_err_t mpr_lstm_cell(mpr_tensor_t *gates, mpr_tensor_t *c_prev, mpr_tensor_t **h_out,
                         mpr_tensor_t **c_out) {
-    const char *op = "lstm_cell";
     if (h_out) *h_out = NULL;
     if (c_out) *c_out = NULL;
+    MPRI_ARG_NONNULL(gates);
+    MPRI_ARG_NONNULL(c_prev);
+    MPRI_ARG_NONNULL(h_out);
+    MPRI_ARG_NONNULL(c_out);
+    const char *op = "lstm_cell";
     if (!h_out || !c_out) return mpr_error_set(MPR_ERR_INVALID_ARG, "lstm_cell: h_out and c_out are required");
     if (!gates || !c_prev) {
         mpr_err_t e = mpr_last_error_code();

@@ -4,6 +4,7 @@
  * is computed in forward and saved as an int64 tensor; backward scatters the
  * output gradient to those positions (accumulating, so overlapping windows
  * that share a maximum add up). A 3-D input [C, H, W] is treated as one image. */
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 static mpr_err_t pool_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
@@ -33,6 +34,7 @@ static const mpri_op_def_t pool_def = {.name = "max_pool2d", .backward = pool_ba
 
 mpr_tensor_t *mpr_max_pool2d(mpr_tensor_t *x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                              int64_t ph, int64_t pw) {
+    MPRI_OP_INPUT(x);
     if (!x) return NULL;
     const char *op = "max_pool2d";
     if (mpri_nn_check_float_cpu(op, x) != MPR_OK) return NULL;

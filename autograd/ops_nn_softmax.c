@@ -6,6 +6,7 @@
  * the kernels (runtime/kernels/cpu_softmax.c, and their CUDA twins for
  * tensors on a GPU, both reached through the device's backend table) are
  * numerically stable. */
+#include "mpri_args.h"
 #include "mpri_nn_ops.h"
 
 static mpr_err_t softmax_backward_common(mpri_node_t *n, mpr_tensor_t *const *gout,
@@ -85,9 +86,11 @@ static mpr_tensor_t *softmax_common(const mpri_op_def_t *def, mpr_tensor_t *x, i
 }
 
 mpr_tensor_t *mpr_softmax(mpr_tensor_t *x, int dim) {
+    MPRI_OP_INPUT(x);
     return softmax_common(&softmax_def, x, dim, 0);
 }
 
 mpr_tensor_t *mpr_log_softmax(mpr_tensor_t *x, int dim) {
+    MPRI_OP_INPUT(x);
     return softmax_common(&log_softmax_def, x, dim, 1);
 }

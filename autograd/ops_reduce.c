@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -88,24 +89,31 @@ static mpr_tensor_t *sum_impl(const mpri_op_def_t *def, mpr_tensor_t *a, const b
 }
 
 mpr_tensor_t *mpr_sum_dims(mpr_tensor_t *a, int ndims, const int *dims, bool keepdim) {
+    MPRI_OP_INPUT(a);
+    if (ndims > 0) MPRI_ARG_NONNULL_OR(dims, NULL);
     if (!a) return NULL;
     bool mask[MPR_MAX_DIMS];
     if (dims_mask("sum", a, ndims, dims, mask) != MPR_OK) return NULL;
     return sum_impl(&sum_def, a, mask, keepdim, false);
 }
 mpr_tensor_t *mpr_mean_dims(mpr_tensor_t *a, int ndims, const int *dims, bool keepdim) {
+    MPRI_OP_INPUT(a);
+    MPRI_OP_INPUT(a);
+    if (ndims > 0) MPRI_ARG_NONNULL_OR(dims, NULL);
     if (!a) return NULL;
     bool mask[MPR_MAX_DIMS];
     if (dims_mask("mean", a, ndims, dims, mask) != MPR_OK) return NULL;
     return sum_impl(&mean_def, a, mask, keepdim, true);
 }
 mpr_tensor_t *mpr_sum(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
     if (!a) return NULL;
     bool mask[MPR_MAX_DIMS];
     for (int i = 0; i < MPR_MAX_DIMS; i++) mask[i] = true;
     return sum_impl(&sum_def, a, mask, false, false);
 }
 mpr_tensor_t *mpr_mean(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
     if (!a) return NULL;
     bool mask[MPR_MAX_DIMS];
     for (int i = 0; i < MPR_MAX_DIMS; i++) mask[i] = true;
@@ -141,6 +149,7 @@ static mpr_err_t max_all_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr
 static const mpri_op_def_t max_def = {.name = "max", .backward = max_all_backward, MPRI_OP_STATE(mpri_ctx_max_t)};
 
 mpr_tensor_t *mpr_max(mpr_tensor_t *a) {
+    MPRI_OP_INPUT(a);
     if (!a) return NULL;
     if (mpri_check_float("max", a) != MPR_OK || mpri_check_cpu("max", a) != MPR_OK) return NULL;
     if (mpr_tensor_numel(a) == 0) {
@@ -240,11 +249,13 @@ static mpr_tensor_t *max_dim_impl(mpr_tensor_t *a, int dim, bool keepdim, mpr_te
 
 mpr_tensor_t *mpr_max_dim(mpr_tensor_t *a, int dim, bool keepdim, mpr_tensor_t **indices_out) {
     if (indices_out) *indices_out = NULL;
+    MPRI_OP_INPUT(a);
     if (!a) return NULL;
     return max_dim_impl(a, dim, keepdim, indices_out, true, "max_dim");
 }
 
 mpr_tensor_t *mpr_argmax(mpr_tensor_t *a, int dim, bool keepdim) {
+    MPRI_OP_INPUT(a);
     if (!a) return NULL;
     return max_dim_impl(a, dim, keepdim, NULL, false, "argmax");
 }

@@ -8,11 +8,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
 char *mpr_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
-    if (!buf || cap == 0) return buf;
+    MPRI_ARG_NONNULL_OR(buf, NULL);
+    if (cap == 0) return buf;
+    if (ndim > 0 && !shape) {
+        buf[0] = '\0';
+        mpri_null_arg(__func__, "shape");
+        return buf;
+    }
     size_t n = 0;
     n += (size_t)snprintf(buf + n, cap - n, "[");
     for (int i = 0; i < ndim && n < cap; i++)

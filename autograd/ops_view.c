@@ -9,6 +9,7 @@
  * rule of PyTorch's computeStride). */
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -119,13 +120,18 @@ static mpr_tensor_t *reshape_impl(const mpri_op_def_t *def, mpr_tensor_t *t, int
 }
 
 mpr_tensor_t *mpr_reshape(mpr_tensor_t *t, int ndim, const int64_t *shape) {
+    MPRI_OP_INPUT(t);
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return reshape_impl(&reshape_def, t, ndim, shape, true);
 }
 mpr_tensor_t *mpr_view(mpr_tensor_t *t, int ndim, const int64_t *shape) {
+    MPRI_OP_INPUT(t);
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return reshape_impl(&view_def, t, ndim, shape, false);
 }
 
 mpr_tensor_t *mpr_flatten(mpr_tensor_t *t, int start_dim, int end_dim) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int s, e;
     if (mpri_norm_dim("flatten", start_dim, t->ndim, &s) || mpri_norm_dim("flatten", end_dim, t->ndim, &e))
@@ -146,6 +152,7 @@ mpr_tensor_t *mpr_flatten(mpr_tensor_t *t, int start_dim, int end_dim) {
 }
 
 mpr_tensor_t *mpr_unsqueeze(mpr_tensor_t *t, int dim) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int d;
     if (mpri_norm_dim("unsqueeze", dim, t->ndim + 1, &d) != MPR_OK) return NULL;
@@ -186,6 +193,7 @@ static mpr_tensor_t *squeeze_mask(mpr_tensor_t *t, const bool *drop) {
 }
 
 mpr_tensor_t *mpr_squeeze(mpr_tensor_t *t, int dim) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int d;
     if (mpri_norm_dim("squeeze", dim, t->ndim, &d) != MPR_OK) return NULL;
@@ -195,6 +203,7 @@ mpr_tensor_t *mpr_squeeze(mpr_tensor_t *t, int dim) {
 }
 
 mpr_tensor_t *mpr_squeeze_all(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     bool drop[MPR_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) drop[i] = t->shape[i] == 1;
@@ -232,6 +241,8 @@ static mpr_tensor_t *permute_impl(const mpri_op_def_t *def, mpr_tensor_t *t, con
 }
 
 mpr_tensor_t *mpr_permute(mpr_tensor_t *t, int ndim, const int *dims) {
+    MPRI_OP_INPUT(t);
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(dims, NULL);
     if (!t) return NULL;
     char sb[96];
     if (ndim != t->ndim || (ndim > 0 && !dims)) {
@@ -253,6 +264,7 @@ mpr_tensor_t *mpr_permute(mpr_tensor_t *t, int ndim, const int *dims) {
 }
 
 mpr_tensor_t *mpr_transpose(mpr_tensor_t *t, int dim0, int dim1) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int a, b;
     if (mpri_norm_dim("transpose", dim0, t->ndim, &a) || mpri_norm_dim("transpose", dim1, t->ndim, &b))
@@ -327,6 +339,7 @@ static mpr_tensor_t *slice_impl(const mpri_op_def_t *def, mpr_tensor_t *t, int d
 }
 
 mpr_tensor_t *mpr_narrow(mpr_tensor_t *t, int dim, int64_t start, int64_t length) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int d;
     char sb[96];
@@ -345,6 +358,7 @@ mpr_tensor_t *mpr_narrow(mpr_tensor_t *t, int dim, int64_t start, int64_t length
 }
 
 mpr_tensor_t *mpr_slice(mpr_tensor_t *t, int dim, int64_t start, int64_t end, int64_t step) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int d;
     if (t->ndim == 0) {
@@ -368,6 +382,7 @@ mpr_tensor_t *mpr_slice(mpr_tensor_t *t, int dim, int64_t start, int64_t end, in
 }
 
 mpr_tensor_t *mpr_select(mpr_tensor_t *t, int dim, int64_t index) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     int d;
     char sb[96];
@@ -394,6 +409,8 @@ static mpr_err_t expand_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
 static const mpri_op_def_t expand_def = {.name = "expand", .backward = expand_backward};
 
 mpr_tensor_t *mpr_expand(mpr_tensor_t *t, int ndim, const int64_t *shape) {
+    MPRI_OP_INPUT(t);
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     if (!t) return NULL;
     char s1[96], s2[96];
     if (ndim < t->ndim || ndim > MPR_MAX_DIMS || (ndim > 0 && !shape)) goto bad;
@@ -439,6 +456,7 @@ static mpr_err_t contiguous_backward(mpri_node_t *n, mpr_tensor_t *const *gout, 
 static const mpri_op_def_t contiguous_def = {.name = "contiguous", .backward = contiguous_backward};
 
 mpr_tensor_t *mpr_contiguous(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     if (mpr_tensor_is_contiguous(t)) return mpri_result(mpr_tensor_retain(t));
     mpr_tensor_t *out = mpri_contiguous_raw(t);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "kernels/mpri_kernels.h"
 
@@ -156,17 +157,21 @@ static mpr_tensor_t *random_tensor(const char *op, mpr_dtype_t dtype, int ndim, 
 }
 
 mpr_tensor_t *mpr_rand(mpr_dtype_t dtype, int ndim, const int64_t *shape, mpr_generator_t *gen) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return random_tensor("rand", dtype, ndim, shape, false, 0.0, 1.0, gen);
 }
 mpr_tensor_t *mpr_randn(mpr_dtype_t dtype, int ndim, const int64_t *shape, mpr_generator_t *gen) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return random_tensor("randn", dtype, ndim, shape, true, 0.0, 1.0, gen);
 }
 mpr_tensor_t *mpr_uniform(mpr_dtype_t dtype, int ndim, const int64_t *shape, double lo, double hi,
                           mpr_generator_t *gen) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return random_tensor("uniform", dtype, ndim, shape, false, lo, hi, gen);
 }
 mpr_tensor_t *mpr_normal(mpr_dtype_t dtype, int ndim, const int64_t *shape, double mean, double std,
                          mpr_generator_t *gen) {
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     return random_tensor("normal", dtype, ndim, shape, true, mean, std, gen);
 }
 
@@ -183,8 +188,10 @@ static mpr_err_t random_(const char *op, mpr_tensor_t *t, bool normal, double p0
 }
 
 mpr_err_t mpr_uniform_(mpr_tensor_t *t, double lo, double hi, mpr_generator_t *gen) {
+    MPRI_ARG_NONNULL(t);
     return random_("uniform_", t, false, lo, hi, gen);
 }
 mpr_err_t mpr_normal_(mpr_tensor_t *t, double mean, double std, mpr_generator_t *gen) {
+    MPRI_ARG_NONNULL(t);
     return random_("normal_", t, true, mean, std, gen);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 
 typedef struct scope {
@@ -31,7 +32,7 @@ static void stack_free(void *p) {
     scope_stack_t *st = p;
     if (!st) return;
     for (int i = st->depth - 1; i >= 0; i--)
-        for (int64_t j = st->scopes[i].n - 1; j >= 0; j--) mpr_tensor_release(st->scopes[i].items[j]);
+        for (int64_t j = st->scopes[i].n - 1; j >= 0; j--) mpri_tensor_scope_release(st->scopes[i].items[j]);
     for (int i = 0; i < st->cap; i++) free(st->scopes[i].items);
     free(st->scopes);
     free(st);
@@ -76,7 +77,7 @@ void mpr_scope_end(void) {
     /* Release while the scope is still open would let a release hook register
      * into it; hooks never create results, so closing first is fine. */
     st->depth--;
-    for (int64_t j = s->n - 1; j >= 0; j--) mpr_tensor_release(s->items[j]);
+    for (int64_t j = s->n - 1; j >= 0; j--) mpri_tensor_scope_release(s->items[j]);
     s->n = 0;
 }
 
@@ -91,6 +92,7 @@ static bool scope_push(scope_t *s, mpr_tensor_t *t) {
         s->cap = ncap;
     }
     s->items[s->n++] = t;
+    mpri_tensor_scope_acquire(t);
     return true;
 }
 
@@ -106,9 +108,13 @@ mpr_tensor_t *mpri_result(mpr_tensor_t *t) {
     return t;
 }
 
-mpr_tensor_t *mpr_scope_keep(mpr_tensor_t *t) { return mpr_tensor_retain(t); }
+mpr_tensor_t *mpr_scope_keep(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
+    return mpr_tensor_retain(t);
+}
 
 mpr_tensor_t *mpr_scope_escape(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
     if (!t) return NULL;
     mpr_tensor_retain(t);
     scope_stack_t *st = tls_stack;
@@ -122,7 +128,10 @@ mpr_tensor_t *mpr_scope_escape(mpr_tensor_t *t) {
     return t;
 }
 
-mpr_tensor_t *mpr_scope_adopt(mpr_tensor_t *t) { return mpri_result(t); }
+mpr_tensor_t *mpr_scope_adopt(mpr_tensor_t *t) {
+    MPRI_OP_INPUT(t);
+    return mpri_result(t);
+}
 
 bool mpr_grad_enabled(void) { return !tls_grad_disabled; }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpirpc/tensor_ops.h"
 #include "mpri_optim.h"
 
@@ -59,6 +60,8 @@ static bool same_shape(const mpr_tensor_t *a, const mpr_tensor_t *b) {
 }
 
 mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *grads, int n) {
+    MPRI_ARG_NONNULL(opt);
+    if (n > 0) MPRI_ARG_NONNULL(grads);
     if (!opt || !grads) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer step: NULL argument");
     if (n != opt->n_params)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s step: %d gradients for %d parameters",
@@ -98,6 +101,7 @@ mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *gr
 }
 
 mpr_err_t mpr_optimizer_step(mpr_optimizer_t *opt) {
+    MPRI_ARG_NONNULL(opt);
     if (!opt) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer step: optimizer is NULL");
     mpr_tensor_t *small[64] = {0};
     int n = opt->n_params;
@@ -110,6 +114,7 @@ mpr_err_t mpr_optimizer_step(mpr_optimizer_t *opt) {
 }
 
 void mpr_optimizer_zero_grad(mpr_optimizer_t *opt) {
+    MPRI_ARG_NONNULL_OR(opt, );
     if (!opt) return;
     for (int i = 0; i < opt->n_params; i++) mpr_zero_grad(opt->params[i]);
 }
@@ -122,12 +127,23 @@ void mpr_optimizer_destroy(mpr_optimizer_t *opt) {
     free(opt);
 }
 
-double mpr_optimizer_get_lr(const mpr_optimizer_t *opt) { return opt ? opt->lr : 0.0; }
+double mpr_optimizer_get_lr(const mpr_optimizer_t *opt) {
+    MPRI_ARG_NONNULL_OR(opt, 0);
+    return opt ? opt->lr : 0.0;
+}
 void mpr_optimizer_set_lr(mpr_optimizer_t *opt, double lr) {
+    MPRI_ARG_NONNULL_OR(opt, );
     if (opt) opt->lr = lr;
 }
-int mpr_optimizer_num_params(const mpr_optimizer_t *opt) { return opt ? opt->n_params : 0; }
+int mpr_optimizer_num_params(const mpr_optimizer_t *opt) {
+    MPRI_ARG_NONNULL_OR(opt, 0);
+    return opt ? opt->n_params : 0;
+}
 mpr_tensor_t *mpr_optimizer_param(const mpr_optimizer_t *opt, int i) {
+    MPRI_ARG_NONNULL_OR(opt, NULL);
     return opt && i >= 0 && i < opt->n_params ? opt->params[i] : NULL;
 }
-const char *mpr_optimizer_name(const mpr_optimizer_t *opt) { return opt ? opt->vt->name : "?"; }
+const char *mpr_optimizer_name(const mpr_optimizer_t *opt) {
+    MPRI_ARG_NONNULL_OR(opt, NULL);
+    return opt ? opt->vt->name : "?";
+}

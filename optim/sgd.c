@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "mpri_optim.h"
 
@@ -109,10 +110,8 @@ static void sgd_destroy(mpr_optimizer_t *opt) {
 static const mpri_optimizer_vtable_t sgd_vt = {"SGD", sgd_step, sgd_destroy};
 
 mpr_optimizer_t *mpr_sgd_create(mpr_tensor_t *const *params, int n, const mpr_sgd_options_t *opts) {
-    if (!opts) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "SGD: options are NULL");
-        return NULL;
-    }
+    if (n > 0) MPRI_ARG_NONNULL_OR(params, NULL);
+    MPRI_ARG_NONNULL_OR(opts, NULL);
     if (!(opts->lr > 0) || !(opts->momentum >= 0) || !(opts->dampening >= 0) ||
         !(opts->weight_decay >= 0)) {
         mpr_error_set(MPR_ERR_INVALID_ARG,

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_error.h"
 #include "mpri_assert.h"
 #include "mpri_event.h"
@@ -42,6 +43,7 @@ struct mpr_future {
     mpri_remote_error_t *remote; /* code MPR_ERR_REMOTE: its origin (NULL if unknown) */
     mpr_value_t *value;
     callback_t *callbacks;
+    bool runtime_owned; /* completed by the runtime only (an RPC's reply); set before sharing */
 };
 
 static _Atomic(const mpri_wait_hooks_t *) hooks_installed;
@@ -75,7 +77,10 @@ mpr_future_t *mpr_future_create(void) {
     return f;
 }
 
+void mpri_future_mark_runtime_owned(mpr_future_t *f) { f->runtime_owned = true; }
+
 mpr_future_t *mpr_future_retain(mpr_future_t *f) {
+    MPRI_ARG_NONNULL_OR(f, NULL);
     if (f) {
         long before = atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
         MPRI_ASSERT(before > 0, "retain of a released future");
@@ -185,26 +190,45 @@ mpr_err_t mpri_future_complete(mpr_future_t *f, mpr_err_t code, const char *mess
     return complete(f, code, message, value, true, NULL);
 }
 
+/* Users complete only the futures they created (mpr_future_create). */
+static mpr_err_t refuse_runtime_owned(const char *fn) {
+    return mpr_error_set(MPR_ERR_STATE,
+                         "%s: this future belongs to an RPC (mpr_rpc_async, an RRef proxy) and only "
+                         "its reply completes it; create your own with mpr_future_create()",
+                         fn);
+}
+
 mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value) {
+    if (!f) mpr_value_release(value);
+    MPRI_ARG_NONNULL(f);
+    if (f->runtime_owned) {
+        mpr_value_release(value);
+        return refuse_runtime_owned(__func__);
+    }
     return complete(f, MPR_OK, NULL, value, false, NULL);
 }
 
 mpr_err_t mpr_future_set_error(mpr_future_t *f, mpr_err_t code, const char *message) {
+    MPRI_ARG_NONNULL(f);
     if (code == MPR_OK)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_set_error: code must not be MPR_OK");
+    if (f->runtime_owned) return refuse_runtime_owned(__func__);
     return complete(f, code, message, NULL, false, NULL);
 }
 
 bool mpr_future_done(const mpr_future_t *f) {
-    return f && atomic_load_explicit(&((mpr_future_t *)f)->state, memory_order_acquire) == FUTURE_DONE;
+    MPRI_ARG_NONNULL_OR(f, false);
+    return atomic_load_explicit(&((mpr_future_t *)f)->state, memory_order_acquire) == FUTURE_DONE;
 }
 
 mpr_err_t mpr_future_error(const mpr_future_t *f) {
+    MPRI_ARG_NONNULL(f);
     if (!mpr_future_done(f)) return MPR_ERR_STATE;
     return f->code;
 }
 
 const char *mpr_future_error_message(const mpr_future_t *f) {
+    MPRI_ARG_NONNULL_OR(f, "");
     if (!mpr_future_done(f) || f->code == MPR_OK) return "";
     return f->message;
 }
@@ -271,10 +295,8 @@ static void run_then(mpr_future_t *parent, void *arg) {
 }
 
 mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data) {
-    if (!f || !fn) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_then: NULL future or callback");
-        return NULL;
-    }
+    MPRI_ARG_NONNULL_OR(f, NULL);
+    MPRI_ARG_NONNULL_OR(fn, NULL);
     mpr_future_t *child = mpr_future_create();
     then_t *t = malloc(sizeof *t);
     if (!child || !t) {
@@ -358,18 +380,22 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) 
 }
 
 mpr_err_t mpr_future_wait(mpr_future_t *f, double timeout_s) {
-    if (!f) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_future_wait: future is NULL");
+    MPRI_ARG_NONNULL(f);
     if (mpr_future_done(f)) return MPR_OK;
     return wait_many(1, &f, timeout_s);
 }
 
 mpr_err_t mpr_future_wait_all(size_t n, mpr_future_t *const *futures, double timeout_s) {
+    if (n > 0) MPRI_ARG_NONNULL(futures);
     for (size_t i = 0; i < n; i++)
         if (!futures[i]) return mpr_error_set(MPR_ERR_INVALID_ARG, "wait_all: future %zu is NULL", i);
     return wait_many(n, futures, timeout_s);
 }
 
 mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value) {
+    if (value) *value = NULL;
+    MPRI_ARG_NONNULL(f);
+    MPRI_ARG_NONNULL(value);
     mpr_err_t e = mpr_future_wait(f, timeout_s);
     if (e) return e;
     if (f->code != MPR_OK) return f->remote ? mpri_error_set_remote(f->remote) : mpr_error_set(f->code, "%s", f->message);

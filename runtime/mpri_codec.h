@@ -12,7 +12,7 @@
 #include "mpri_buf.h"
 #include "mpri_value.h"
 
-#define MPRI_MAX_VALUE_DEPTH 64
+#define MPRI_MAX_VALUE_DEPTH MPR_MAX_VALUE_DEPTH
 #define MPRI_MAX_TENSOR_BYTES ((size_t)0x7fffffff) /* a large tensor is one MPI message (int count) */
 /* Tensor data of one message, all tensors together: the receiver allocates
  * it all before the first byte arrives, so a corrupt header must not make it

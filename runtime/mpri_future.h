@@ -18,6 +18,10 @@ mpr_err_t mpri_future_complete_remote(mpr_future_t *f, const struct mpri_remote_
 /* The origin of a completed future's MPR_ERR_REMOTE failure (borrowed), or
  * NULL (pending, another outcome, or unknown). */
 const struct mpri_remote_error *mpri_future_remote_error(const mpr_future_t *f);
+/* Mark a future the runtime creates for an outgoing request: the user's
+ * mpr_future_set_result/_error on it is refused (MPR_ERR_STATE). Call before
+ * the future is shared. */
+void mpri_future_mark_runtime_owned(mpr_future_t *f);
 
 /* Borrowed result of a completed successful future (NULL otherwise). */
 mpr_value_t *mpri_future_value(const mpr_future_t *f);

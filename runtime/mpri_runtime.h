@@ -29,8 +29,9 @@ typedef struct mpri_runtime {
     atomic_int state;
     MPI_Comm comm;      /* private duplicate: active messages and tensor data */
     MPI_Comm ctrl_comm; /* private duplicate: shutdown collectives */
+    MPI_Comm barrier_comm; /* private duplicate: mpr_barrier (runtime/barrier.c) */
     int rank, size;
-    bool own_mpi;       /* we called MPI_Init_thread and will finalize */
+    bool own_mpi;       /* we called MPI_Init_thread and will finalize at shutdown */
     mpr_worker_info_t *workers; /* [size] */
     int num_worker_threads;
     double default_timeout_s;

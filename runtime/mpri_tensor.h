@@ -23,8 +23,15 @@ typedef struct mpri_storage {
     void (*free_data)(void *data, int device); /* NULL: free() */
 } mpri_storage_t;
 
+#define MPRI_TENSOR_MAGIC 0x54454e53u /* "TENS": a live tensor */
+#define MPRI_TENSOR_DEAD 0x64656164u  /* "dead": released (see mpri_quarantine.h) */
+
 struct mpr_tensor {
     atomic_long refcount;
+    atomic_long scope_refs; /* how many of the references are held by scopes (autograd/scope.c) */
+    /* MPRI_TENSOR_MAGIC while alive; checked by every public entry. Not in the
+     * first 16 bytes, which free() may overwrite with its own links. */
+    uint32_t magic;
     mpr_dtype_t dtype;
     int ndim;
     int64_t shape[MPR_MAX_DIMS];
@@ -33,6 +40,16 @@ struct mpr_tensor {
     mpri_storage_t *storage;
     struct mpri_autograd_meta *autograd; /* owned by the autograd layer */
 };
+
+/* Abort with a message naming `t` unless it is a live tensor (use after
+ * release, double release, not a tensor). `what` names the caller. */
+void mpri_tensor_check_live(const mpr_tensor_t *t, const char *what);
+
+/* Scopes (autograd/scope.c) take and drop their references through these, so
+ * that mpr_tensor_release can tell when a caller releases a reference a scope
+ * owns (it aborts naming the tensor). */
+void mpri_tensor_scope_acquire(mpr_tensor_t *t);
+void mpri_tensor_scope_release(mpr_tensor_t *t);
 
 /* New storage of `nbytes` CPU bytes (64-byte aligned), refcount 1. */
 mpri_storage_t *mpri_storage_create(size_t nbytes);

@@ -15,10 +15,11 @@
 struct mpri_buf;
 struct mpri_reader;
 
+#define MPRI_VALUE_MAGIC 0x56414c55u      /* "VALU": a live value */
+#define MPRI_VALUE_DEAD 0x64656164u       /* "dead": released (see mpri_quarantine.h) */
+
 struct mpr_value {
     atomic_long refcount;
-    mpr_value_kind_t kind;
-    bool immortal; /* the shared none value */
     union {
         bool b;
         int64_t i;
@@ -35,6 +36,11 @@ struct mpr_value {
         } list;
         void *opaque; /* RREF / OBJECT: owned through the kind's hooks */
     } u;
+    /* After the union: free() may overwrite the first 16 bytes of a released
+     * value with its own links, and these must stay readable there. */
+    mpr_value_kind_t kind;
+    bool immortal;  /* the shared none value */
+    uint32_t magic; /* MPRI_VALUE_MAGIC while alive; checked by every public entry */
 };
 
 /* Hooks for one opaque kind (MPR_VALUE_RREF or MPR_VALUE_OBJECT). */
@@ -54,6 +60,10 @@ typedef struct mpri_opaque_value_ops {
 
 void mpri_value_set_opaque_ops(mpr_value_kind_t kind, const mpri_opaque_value_ops_t *ops);
 const mpri_opaque_value_ops_t *mpri_value_opaque_ops(mpr_value_kind_t kind);
+
+/* Abort with a message naming `v` unless it is a live value (use after
+ * release, double release, not a value). `what` names the caller. */
+void mpri_value_check_live(const mpr_value_t *v, const char *what);
 
 /* A value wrapping opaque `p` of `kind` (takes ownership of one reference). */
 mpr_value_t *mpri_value_new_opaque(mpr_value_kind_t kind, void *p);

@@ -17,6 +17,7 @@ mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const ch
         mpri_outmsg_fini(m);
         return NULL;
     }
+    mpri_future_mark_runtime_owned(f);
     uint64_t id = atomic_fetch_add(&mpri_rt.next_request_id, 1);
     m->hdr.request_id = id;
     m->hdr.flags |= MPRI_FLAG_EXPECTS_REPLY;

@@ -398,6 +398,7 @@ static void stop_local(int from, bool free_comms) {
     if (free_comms) {
         MPI_Comm_free(&mpri_rt.comm);
         MPI_Comm_free(&mpri_rt.ctrl_comm);
+        MPI_Comm_free(&mpri_rt.barrier_comm);
     }
 }
 

@@ -4,11 +4,20 @@
  * Invariants: a tensor's view (offset + strides * (shape-1)) always lies inside
  * its storage (checked when the view is made); refcounts are atomic so tensors
  * can be shared across the progress thread, the worker pool and user threads;
- * the live-tensor counter is exact (tests use it to detect leaks). */
+ * the live-tensor counter is exact (tests use it to detect leaks). A live
+ * tensor carries MPRI_TENSOR_MAGIC; the last release poisons it (magic DEAD,
+ * storage cleared) and frees it through the quarantine, and every public
+ * entry checks the magic (mpri_misuse_abort naming the tensor otherwise).
+ * refcount >= scope_refs always: a release that would break it is a caller
+ * releasing a scope-owned result, reported the same way. Getters given NULL
+ * set MPR_ERR_INVALID_ARG and return 0 / NULL / MPR_DTYPE_COUNT. */
 #include "mpri_tensor.h"
 
+#include "mpri_args.h"
 #include "mpri_host_alloc.h"
+#include "mpri_quarantine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +144,8 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
         }
     }
     t->storage = mpri_storage_retain(storage);
+    t->magic = MPRI_TENSOR_MAGIC;
+    atomic_init(&t->scope_refs, 0);
     atomic_init(&t->refcount, 1);
     atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
     return t;
@@ -142,6 +153,7 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
 
 mpr_tensor_t *mpr_tensor_empty(mpr_dtype_t dtype, int ndim, const int64_t *shape) {
     int64_t numel;
+    if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     if (mpri_tensor_check_shape("empty", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
     mpri_storage_t *s = mpri_storage_create((size_t)numel * mpr_dtype_size(dtype));
     if (!s) {
@@ -153,39 +165,106 @@ mpr_tensor_t *mpr_tensor_empty(mpr_dtype_t dtype, int ndim, const int64_t *shape
     return t;
 }
 
+/* "float32 [2, 3]" for messages. */
+static const char *describe(const mpr_tensor_t *t, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s [", mpr_dtype_name(t->dtype));
+    for (int i = 0; i < t->ndim && i < MPR_MAX_DIMS && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+    return buf;
+}
+
+void mpri_tensor_check_live(const mpr_tensor_t *t, const char *what) {
+    if (t->magic == MPRI_TENSOR_MAGIC) return;
+    char d[128];
+    if (t->magic == MPRI_TENSOR_DEAD)
+        mpri_misuse_abort("%s: tensor %p (%s) used after its last mpr_tensor_release (released twice, "
+                          "or used after release; a result owned by a scope is released by "
+                          "mpr_scope_end, not by you)",
+                          what, (const void *)t, describe(t, d, sizeof d));
+    mpri_misuse_abort("%s: %p is not a live mpr_tensor_t (freed or corrupt memory)", what, (const void *)t);
+}
+
+void mpri_tensor_scope_acquire(mpr_tensor_t *t) { atomic_fetch_add(&t->scope_refs, 1); }
+
+void mpri_tensor_scope_release(mpr_tensor_t *t) {
+    mpri_tensor_check_live(t, "mpr_scope_end");
+    atomic_fetch_sub(&t->scope_refs, 1);
+    mpr_tensor_release(t);
+}
+
 mpr_tensor_t *mpr_tensor_retain(mpr_tensor_t *t) {
-    if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+    MPRI_ARG_NONNULL_OR(t, NULL);
+    mpri_tensor_check_live(t, __func__);
+    atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
     return t;
 }
 
 void mpr_tensor_release(mpr_tensor_t *t) {
     if (!t) return;
-    if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+    mpri_tensor_check_live(t, __func__);
+    long left = atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) - 1;
+    if (left < atomic_load(&t->scope_refs)) {
+        char d[128];
+        mpri_misuse_abort("mpr_tensor_release: tensor %p (%s) is owned by an open scope: results of ops "
+                          "made while a scope is open (mpr_scope_begin) are released by mpr_scope_end; "
+                          "do not release them yourself (mpr_scope_keep() gives you a reference to release)",
+                          (void *)t, describe(t, d, sizeof d));
+    }
+    if (left != 0) return;
     if (t->autograd && autograd_release_hook) autograd_release_hook(t->autograd);
     mpri_storage_release(t->storage);
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
-    free(t);
+    t->magic = MPRI_TENSOR_DEAD;
+    t->storage = NULL;
+    t->autograd = NULL;
+    mpri_quarantine_free(t);
 }
 
 int64_t mpr_tensor_live_count(void) { return atomic_load(&live_tensors); }
 
-mpr_dtype_t mpr_tensor_dtype(const mpr_tensor_t *t) { return t->dtype; }
-int mpr_tensor_ndim(const mpr_tensor_t *t) { return t->ndim; }
-const int64_t *mpr_tensor_shape(const mpr_tensor_t *t) { return t->shape; }
-const int64_t *mpr_tensor_strides(const mpr_tensor_t *t) { return t->strides; }
-int mpr_tensor_device(const mpr_tensor_t *t) { return t->storage->device; }
+/* Entry of a getter: NULL sets the error and returns `ret`; a dead tensor aborts. */
+#define TENSOR_GETTER(t, ret)                                                 \
+    do {                                                                      \
+        MPRI_ARG_NONNULL_OR(t, ret);                                          \
+        mpri_tensor_check_live(t, __func__);                                  \
+    } while (0)
+
+mpr_dtype_t mpr_tensor_dtype(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, MPR_DTYPE_COUNT);
+    return t->dtype;
+}
+int mpr_tensor_ndim(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, 0);
+    return t->ndim;
+}
+const int64_t *mpr_tensor_shape(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, NULL);
+    return t->shape;
+}
+const int64_t *mpr_tensor_strides(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, NULL);
+    return t->strides;
+}
+int mpr_tensor_device(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, -1);
+    return t->storage->device;
+}
 
 int64_t mpr_tensor_numel(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, 0);
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
 
 size_t mpr_tensor_nbytes(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, 0);
     return (size_t)mpr_tensor_numel(t) * mpr_dtype_size(t->dtype);
 }
 
 bool mpr_tensor_is_contiguous(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, false);
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] == 0) return true; /* no elements: any strides describe it */
     int64_t expect = 1;
@@ -197,6 +276,7 @@ bool mpr_tensor_is_contiguous(const mpr_tensor_t *t) {
 }
 
 void *mpr_tensor_data(const mpr_tensor_t *t) {
+    TENSOR_GETTER(t, NULL);
     return (char *)t->storage->data + t->offset * (int64_t)mpr_dtype_size(t->dtype);
 }
 
@@ -218,10 +298,7 @@ static void copy_strided(const mpr_tensor_t *src, char *dst) {
 }
 
 mpr_tensor_t *mpr_tensor_contiguous(mpr_tensor_t *t) {
-    if (!t) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "contiguous: tensor is NULL");
-        return NULL;
-    }
+    TENSOR_GETTER(t, NULL);
     if (mpr_tensor_is_contiguous(t)) return mpr_tensor_retain(t);
     if (t->storage->device >= 0) {
         mpr_error_set(MPR_ERR_UNSUPPORTED, "contiguous: strided copy of a CUDA tensor is done by the autograd layer");

@@ -3,16 +3,25 @@
  * Invariants: refcounts are atomic; the none value is a single immortal
  * object (no allocation on the no-op RPC path); a list owns one reference to
  * each item; string values are always NUL-terminated; opaque kinds (RRef,
- * object) are retained/released only through their registered hooks. */
+ * object) are retained/released only through their registered hooks. A live
+ * value carries MPRI_VALUE_MAGIC; the last release poisons it (magic DEAD)
+ * and frees it through the quarantine (mpri_quarantine.h), and every public
+ * entry that takes a value checks the magic, so a use after release aborts
+ * with a message naming the value. Releasing a list frees its items with an
+ * explicit work list, never by recursion, so any nesting depth is released
+ * in constant stack. Every getter with an output sets it to NULL/zero first. */
 #include "mpri_value.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
+#include "mpri_quarantine.h"
 #include "mpri_tensor.h"
 
-static mpr_value_t none_value = {.kind = MPR_VALUE_NONE, .immortal = true};
+static mpr_value_t none_value = {.kind = MPR_VALUE_NONE, .immortal = true, .magic = MPRI_VALUE_MAGIC};
 static const mpri_opaque_value_ops_t *opaque_ops[MPR_VALUE_KIND_COUNT];
 
 static const char *const kind_names[MPR_VALUE_KIND_COUNT] = {
@@ -38,8 +47,18 @@ static mpr_value_t *value_alloc(mpr_value_kind_t kind) {
         return NULL;
     }
     v->kind = kind;
+    v->magic = MPRI_VALUE_MAGIC;
     atomic_init(&v->refcount, 1);
     return v;
+}
+
+void mpri_value_check_live(const mpr_value_t *v, const char *what) {
+    if (v->magic == MPRI_VALUE_MAGIC) return;
+    if (v->magic == MPRI_VALUE_DEAD)
+        mpri_misuse_abort("%s: value %p (%s) used after its last mpr_value_release (released twice, "
+                          "or used after release)",
+                          what, (const void *)v, mpr_value_kind_name(v->kind));
+    mpri_misuse_abort("%s: %p is not a live mpr_value_t (freed or corrupt memory)", what, (const void *)v);
 }
 
 mpr_value_t *mpr_value_new_none(void) { return &none_value; }
@@ -82,32 +101,25 @@ static mpr_value_t *new_bytes_kind(mpr_value_kind_t kind, const void *data, size
 }
 
 mpr_value_t *mpr_value_new_string(const char *s) {
-    if (!s) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL string");
-        return NULL;
-    }
+    MPRI_ARG_NONNULL_OR(s, NULL);
     return new_bytes_kind(MPR_VALUE_STRING, s, strlen(s));
 }
 
 mpr_value_t *mpr_value_new_bytes(const void *data, size_t len) {
+    if (len > 0) MPRI_ARG_NONNULL_OR(data, NULL);
     return new_bytes_kind(MPR_VALUE_BYTES, data, len);
 }
 
 mpr_value_t *mpr_value_new_tensor(mpr_tensor_t *t) {
-    if (!t) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL tensor");
-        return NULL;
-    }
+    MPRI_ARG_NONNULL_OR(t, NULL);
+    mpri_tensor_check_live(t, __func__);
     mpr_value_t *v = value_alloc(MPR_VALUE_TENSOR);
     if (v) v->u.tensor = mpr_tensor_retain(t);
     return v;
 }
 
 mpr_value_t *mpr_value_new_worker(const mpr_worker_info_t *w) {
-    if (!w) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "value: NULL worker info");
-        return NULL;
-    }
+    MPRI_ARG_NONNULL_OR(w, NULL);
     mpr_value_t *v = value_alloc(MPR_VALUE_WORKER);
     if (v) {
         v->u.worker = *w;
@@ -154,19 +166,50 @@ mpr_value_t *mpr_value_list_of(int n, ...) {
 }
 
 mpr_value_t *mpr_value_retain(mpr_value_t *v) {
-    if (v && !v->immortal) atomic_fetch_add_explicit(&v->refcount, 1, memory_order_relaxed);
+    MPRI_ARG_NONNULL_OR(v, NULL);
+    mpri_value_check_live(v, __func__);
+    if (!v->immortal) atomic_fetch_add_explicit(&v->refcount, 1, memory_order_relaxed);
     return v;
 }
 
-void mpr_value_release(mpr_value_t *v) {
-    if (!v || v->immortal) return;
-    if (atomic_fetch_sub_explicit(&v->refcount, 1, memory_order_acq_rel) != 1) return;
+/* Drop one reference; true if it was the last (the caller then frees `v`). */
+static bool drop_ref(mpr_value_t *v) {
+    mpri_value_check_live(v, "mpr_value_release");
+    if (v->immortal) return false;
+    return atomic_fetch_sub_explicit(&v->refcount, 1, memory_order_acq_rel) == 1;
+}
+
+/* Values whose last reference is gone and whose items are still to drop. */
+typedef struct {
+    mpr_value_t **items;
+    size_t len, cap;
+} worklist_t;
+
+static void destroy_recursive(mpr_value_t *v);
+
+/* Free `v`'s own resources and memory; a list's items whose last reference
+ * this was go to `w` (or are destroyed recursively if `w` cannot grow). */
+static void destroy_one(mpr_value_t *v, worklist_t *w) {
     switch (v->kind) {
     case MPR_VALUE_STRING:
     case MPR_VALUE_BYTES: free(v->u.bytes.data); break;
     case MPR_VALUE_TENSOR: mpr_tensor_release(v->u.tensor); break;
     case MPR_VALUE_LIST:
-        for (size_t i = 0; i < v->u.list.len; i++) mpr_value_release(v->u.list.items[i]);
+        for (size_t i = 0; i < v->u.list.len; i++) {
+            mpr_value_t *item = v->u.list.items[i];
+            if (!drop_ref(item)) continue;
+            if (w->len == w->cap) {
+                size_t cap = w->cap ? w->cap * 2 : 64;
+                mpr_value_t **grown = realloc(w->items, cap * sizeof *grown);
+                if (!grown) {
+                    destroy_recursive(item); /* out of memory: bounded by the nesting left */
+                    continue;
+                }
+                w->items = grown;
+                w->cap = cap;
+            }
+            w->items[w->len++] = item;
+        }
         free(v->u.list.items);
         break;
     case MPR_VALUE_RREF:
@@ -175,46 +218,80 @@ void mpr_value_release(mpr_value_t *v) {
         break;
     default: break;
     }
-    free(v);
+    v->magic = MPRI_VALUE_DEAD;
+    memset(&v->u, 0, sizeof v->u);
+    mpri_quarantine_free(v);
 }
 
-mpr_value_kind_t mpr_value_kind(const mpr_value_t *v) { return v ? v->kind : MPR_VALUE_NONE; }
+static void destroy_recursive(mpr_value_t *v) {
+    worklist_t w = {0};
+    destroy_one(v, &w);
+    while (w.len) destroy_one(w.items[--w.len], &w);
+    free(w.items);
+}
+
+void mpr_value_release(mpr_value_t *v) {
+    if (!v || !drop_ref(v)) return;
+    destroy_recursive(v);
+}
+
+mpr_value_kind_t mpr_value_kind(const mpr_value_t *v) {
+    MPRI_ARG_NONNULL_OR(v, MPR_VALUE_NONE);
+    mpri_value_check_live(v, __func__);
+    return v->kind;
+}
 
 static mpr_err_t kind_mismatch(const mpr_value_t *v, mpr_value_kind_t want) {
     return mpr_error_set(MPR_ERR_TYPE, "expected a %s value, got %s", kind_names[want],
-                         v ? mpr_value_kind_name(v->kind) : "NULL");
+                         mpr_value_kind_name(v->kind));
 }
 
+/* Entry checks of a getter: output cleared, both pointers non-NULL, `v` live. */
+#define GETTER_ENTRY(v, out)                                                  \
+    do {                                                                      \
+        if (out) memset((out), 0, sizeof *(out));                             \
+        MPRI_ARG_NONNULL(v);                                                  \
+        MPRI_ARG_NONNULL(out);                                                \
+        mpri_value_check_live((v), __func__);                                 \
+    } while (0)
+
 mpr_err_t mpr_value_get_bool(const mpr_value_t *v, bool *out) {
-    if (!v || v->kind != MPR_VALUE_BOOL) return kind_mismatch(v, MPR_VALUE_BOOL);
+    GETTER_ENTRY(v, out);
+    if (v->kind != MPR_VALUE_BOOL) return kind_mismatch(v, MPR_VALUE_BOOL);
     *out = v->u.b;
     return MPR_OK;
 }
 
 mpr_err_t mpr_value_get_int(const mpr_value_t *v, int64_t *out) {
-    if (!v || v->kind != MPR_VALUE_INT) return kind_mismatch(v, MPR_VALUE_INT);
+    GETTER_ENTRY(v, out);
+    if (v->kind != MPR_VALUE_INT) return kind_mismatch(v, MPR_VALUE_INT);
     *out = v->u.i;
     return MPR_OK;
 }
 
 mpr_err_t mpr_value_get_double(const mpr_value_t *v, double *out) {
-    if (v && v->kind == MPR_VALUE_INT) {
+    GETTER_ENTRY(v, out);
+    if (v->kind == MPR_VALUE_INT) {
         *out = (double)v->u.i;
         return MPR_OK;
     }
-    if (!v || v->kind != MPR_VALUE_DOUBLE) return kind_mismatch(v, MPR_VALUE_DOUBLE);
+    if (v->kind != MPR_VALUE_DOUBLE) return kind_mismatch(v, MPR_VALUE_DOUBLE);
     *out = v->u.d;
     return MPR_OK;
 }
 
 mpr_err_t mpr_value_get_string(const mpr_value_t *v, const char **out) {
-    if (!v || v->kind != MPR_VALUE_STRING) return kind_mismatch(v, MPR_VALUE_STRING);
+    GETTER_ENTRY(v, out);
+    if (v->kind != MPR_VALUE_STRING) return kind_mismatch(v, MPR_VALUE_STRING);
     *out = v->u.bytes.data;
     return MPR_OK;
 }
 
 mpr_err_t mpr_value_get_bytes(const mpr_value_t *v, const void **data, size_t *len) {
-    if (!v || (v->kind != MPR_VALUE_BYTES && v->kind != MPR_VALUE_STRING))
+    if (len) *len = 0;
+    GETTER_ENTRY(v, data);
+    MPRI_ARG_NONNULL(len);
+    if ((v->kind != MPR_VALUE_BYTES && v->kind != MPR_VALUE_STRING))
         return kind_mismatch(v, MPR_VALUE_BYTES);
     *data = v->u.bytes.data;
     *len = v->u.bytes.len;
@@ -222,23 +299,32 @@ mpr_err_t mpr_value_get_bytes(const mpr_value_t *v, const void **data, size_t *l
 }
 
 mpr_err_t mpr_value_get_tensor(const mpr_value_t *v, mpr_tensor_t **out) {
-    if (!v || v->kind != MPR_VALUE_TENSOR) return kind_mismatch(v, MPR_VALUE_TENSOR);
+    GETTER_ENTRY(v, out);
+    if (v->kind != MPR_VALUE_TENSOR) return kind_mismatch(v, MPR_VALUE_TENSOR);
     *out = v->u.tensor;
     return MPR_OK;
 }
 
 mpr_err_t mpr_value_get_worker(const mpr_value_t *v, mpr_worker_info_t *out) {
-    if (!v || v->kind != MPR_VALUE_WORKER) return kind_mismatch(v, MPR_VALUE_WORKER);
+    if (out) memset(out, 0, sizeof *out), out->rank = -1;
+    MPRI_ARG_NONNULL(v);
+    MPRI_ARG_NONNULL(out);
+    mpri_value_check_live(v, __func__);
+    if (v->kind != MPR_VALUE_WORKER) return kind_mismatch(v, MPR_VALUE_WORKER);
     *out = v->u.worker;
     return MPR_OK;
 }
 
 size_t mpr_value_list_len(const mpr_value_t *v) {
-    return v && v->kind == MPR_VALUE_LIST ? v->u.list.len : 0;
+    MPRI_ARG_NONNULL_OR(v, 0);
+    mpri_value_check_live(v, __func__);
+    return v->kind == MPR_VALUE_LIST ? v->u.list.len : 0;
 }
 
 mpr_value_t *mpr_value_list_get(const mpr_value_t *v, size_t i) {
-    if (!v || v->kind != MPR_VALUE_LIST) {
+    MPRI_ARG_NONNULL_OR(v, NULL);
+    mpri_value_check_live(v, __func__);
+    if (v->kind != MPR_VALUE_LIST) {
         kind_mismatch(v, MPR_VALUE_LIST);
         return NULL;
     }
@@ -252,11 +338,22 @@ mpr_value_t *mpr_value_list_get(const mpr_value_t *v, size_t i) {
 
 mpr_err_t mpr_value_list_append(mpr_value_t *list, mpr_value_t *item) {
     if (!item) {
+        /* Usually the item's constructor failed: keep its error in the detail. */
         mpr_err_t code = mpr_last_error_code();
-        if (code == MPR_OK) code = MPR_ERR_INVALID_ARG;
-        return mpr_error_set(code, "list append: item is NULL (%s)", mpr_last_error());
+        if (code == MPR_OK)
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_list_append: argument 'item' is NULL");
+        char earlier[512];
+        snprintf(earlier, sizeof earlier, "%s", mpr_last_error());
+        return mpr_error_set(code, "mpr_value_list_append: argument 'item' is NULL (it failed earlier: %s)",
+                             earlier);
     }
-    if (!list || list->kind != MPR_VALUE_LIST) {
+    mpri_value_check_live(item, __func__);
+    if (!list) {
+        mpr_value_release(item);
+        return mpri_null_arg(__func__, "list");
+    }
+    mpri_value_check_live(list, __func__);
+    if (list->kind != MPR_VALUE_LIST) {
         mpr_value_release(item);
         return kind_mismatch(list, MPR_VALUE_LIST);
     }
@@ -276,6 +373,7 @@ mpr_err_t mpr_value_list_append(mpr_value_t *list, mpr_value_t *item) {
 
 static mpr_err_t args_item(const mpr_value_t *args, size_t i, mpr_value_kind_t want,
                            const mpr_value_t **out) {
+    if (args) mpri_value_check_live(args, "mpr_args");
     if (!args || args->kind != MPR_VALUE_LIST)
         return mpr_error_set(MPR_ERR_TYPE, "arguments: expected a list, got %s",
                              args ? mpr_value_kind_name(args->kind) : "no arguments");
@@ -292,24 +390,36 @@ static mpr_err_t args_item(const mpr_value_t *args, size_t i, mpr_value_kind_t w
 }
 
 mpr_err_t mpr_args_int(const mpr_value_t *args, size_t i, int64_t *out) {
+    if (out) *out = 0;
+    MPRI_ARG_NONNULL(args);
+    MPRI_ARG_NONNULL(out);
     const mpr_value_t *v;
     mpr_err_t e = args_item(args, i, MPR_VALUE_INT, &v);
     return e ? e : mpr_value_get_int(v, out);
 }
 
 mpr_err_t mpr_args_double(const mpr_value_t *args, size_t i, double *out) {
+    if (out) *out = 0;
+    MPRI_ARG_NONNULL(args);
+    MPRI_ARG_NONNULL(out);
     const mpr_value_t *v;
     mpr_err_t e = args_item(args, i, MPR_VALUE_DOUBLE, &v);
     return e ? e : mpr_value_get_double(v, out);
 }
 
 mpr_err_t mpr_args_string(const mpr_value_t *args, size_t i, const char **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(args);
+    MPRI_ARG_NONNULL(out);
     const mpr_value_t *v;
     mpr_err_t e = args_item(args, i, MPR_VALUE_STRING, &v);
     return e ? e : mpr_value_get_string(v, out);
 }
 
 mpr_err_t mpr_args_tensor(const mpr_value_t *args, size_t i, mpr_tensor_t **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(args);
+    MPRI_ARG_NONNULL(out);
     const mpr_value_t *v;
     mpr_err_t e = args_item(args, i, MPR_VALUE_TENSOR, &v);
     return e ? e : mpr_value_get_tensor(v, out);
@@ -328,8 +438,12 @@ static bool tensor_equal(mpr_tensor_t *a, mpr_tensor_t *b) {
 }
 
 bool mpr_value_equal(const mpr_value_t *a, const mpr_value_t *b) {
+    MPRI_ARG_NONNULL_OR(a, false);
+    MPRI_ARG_NONNULL_OR(b, false);
+    mpri_value_check_live(a, __func__);
+    mpri_value_check_live(b, __func__);
     if (a == b) return true;
-    if (!a || !b || a->kind != b->kind) return false;
+    if (a->kind != b->kind) return false;
     switch (a->kind) {
     case MPR_VALUE_NONE: return true;
     case MPR_VALUE_BOOL: return a->u.b == b->u.b;

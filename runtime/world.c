@@ -5,13 +5,18 @@
  * Invariants: every rank gathers every rank's name and validity before
  * deciding, so a bad or duplicate name fails init on all ranks alike (no
  * rank is left hanging in a collective); on failure nothing stays allocated
- * and a self-initialized MPI is finalized. mpri_rt.workers is immutable while
- * the runtime runs. */
+ * but a self-initialized MPI stays initialized, so mpr_init can be retried
+ * (mpirpc finalizes it at process exit if no later init succeeds).
+ * mpri_rt.workers is immutable while the runtime runs. The hook tables are
+ * filled by the library's own layers at their init, a fixed number of times:
+ * overflowing one is a library bug (MPRI_ASSERT). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
+#include "mpri_assert.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 
@@ -24,15 +29,13 @@ static struct {
 } hooks;
 
 mpr_err_t mpri_add_debug_info_hook(void (*hook)(mpr_debug_info_t *info)) {
-    if (hooks.n_debug_info == MPRI_MAX_HOOKS)
-        return mpr_error_set(MPR_ERR_STATE, "too many debug-info hooks (%d)", MPRI_MAX_HOOKS);
+    MPRI_ASSERT(hooks.n_debug_info < MPRI_MAX_HOOKS, "more debug-info hooks than MPRI_MAX_HOOKS: raise it");
     hooks.debug_info[hooks.n_debug_info++] = hook;
     return MPR_OK;
 }
 
 mpr_err_t mpri_add_shutdown_hooks(void (*on_quiescent)(void), void (*after_stop)(void)) {
-    if (hooks.n_shutdown == MPRI_MAX_HOOKS)
-        return mpr_error_set(MPR_ERR_STATE, "too many shutdown hooks (%d)", MPRI_MAX_HOOKS);
+    MPRI_ASSERT(hooks.n_shutdown < MPRI_MAX_HOOKS, "more shutdown hooks than MPRI_MAX_HOOKS: raise it");
     hooks.on_quiescent[hooks.n_shutdown] = on_quiescent;
     hooks.after_stop[hooks.n_shutdown] = after_stop;
     hooks.n_shutdown++;
@@ -50,6 +53,7 @@ void mpri_run_after_stop_hooks(void) {
 }
 
 void mpr_init_options_default(mpr_init_options_t *opts) {
+    MPRI_ARG_NONNULL_OR(opts, );
     memset(opts, 0, sizeof *opts);
     opts->num_worker_threads = 4;
     opts->rpc_timeout_s = 60.0;
@@ -59,7 +63,7 @@ void mpr_init_options_default(mpr_init_options_t *opts) {
 }
 
 mpr_err_t mpr_validate_worker_name(const char *name) {
-    if (!name) return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name is NULL");
+    MPRI_ARG_NONNULL(name);
     size_t len = strlen(name);
     if (len == 0) return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name is empty");
     if (len >= MPR_MAX_NAME_LEN)
@@ -152,6 +156,20 @@ static mpr_err_t gather_names(const char *my_name) {
 static void release_comms(void) {
     if (mpri_rt.comm != MPI_COMM_NULL) MPI_Comm_free(&mpri_rt.comm);
     if (mpri_rt.ctrl_comm != MPI_COMM_NULL) MPI_Comm_free(&mpri_rt.ctrl_comm);
+    if (mpri_rt.barrier_comm != MPI_COMM_NULL) MPI_Comm_free(&mpri_rt.barrier_comm);
+}
+
+/* mpirpc called MPI_Init_thread in this process (whether or not an mpr_init
+ * succeeded since). A failed mpr_init leaves that MPI initialized so a retry
+ * works; at exit it is finalized unless the runtime still runs. */
+static bool mpi_started_here;
+
+static void finalize_mpi_at_exit(void) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized && mpri_state() != MPRI_RUNNING && mpri_state() != MPRI_STOPPING)
+        MPI_Finalize();
 }
 
 mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
@@ -175,13 +193,16 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
         return mpr_error_set(MPR_ERR_SHUTDOWN, "mpr_init: mpr_shutdown(false) left MPI to be finalized at exit");
 
     memset(&mpri_rt, 0, sizeof mpri_rt);
-    mpri_rt.comm = mpri_rt.ctrl_comm = MPI_COMM_NULL;
+    mpri_rt.comm = mpri_rt.ctrl_comm = mpri_rt.barrier_comm = MPI_COMM_NULL;
     int provided = 0;
     if (!initialized) {
         if (MPI_Init_thread(opts.argc, opts.argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Init_thread failed");
+        if (!mpi_started_here) atexit(finalize_mpi_at_exit);
+        mpi_started_here = true;
         mpri_rt.own_mpi = true;
     } else {
+        mpri_rt.own_mpi = mpi_started_here; /* a retry after a failed init */
         MPI_Query_thread(&provided);
     }
     mpr_err_t e = MPR_OK;
@@ -195,12 +216,14 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     }
     MPI_Comm base = opts.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : opts.comm;
     if (MPI_Comm_dup(base, &mpri_rt.comm) != MPI_SUCCESS ||
-        MPI_Comm_dup(base, &mpri_rt.ctrl_comm) != MPI_SUCCESS) {
+        MPI_Comm_dup(base, &mpri_rt.ctrl_comm) != MPI_SUCCESS ||
+        MPI_Comm_dup(base, &mpri_rt.barrier_comm) != MPI_SUCCESS) {
         e = mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Comm_dup failed");
         goto fail;
     }
     MPI_Comm_set_errhandler(mpri_rt.comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(mpri_rt.ctrl_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(mpri_rt.barrier_comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mpri_rt.comm, &mpri_rt.rank);
     MPI_Comm_size(mpri_rt.comm, &mpri_rt.size);
     int *tag_ub = NULL, flag = 0;
@@ -231,8 +254,7 @@ fail:
     free(mpri_rt.workers);
     mpri_rt.workers = NULL;
     release_comms();
-    if (mpri_rt.own_mpi) MPI_Finalize();
-    mpri_rt.own_mpi = false;
+    mpri_rt.own_mpi = false; /* MPI stays initialized for a retry (see mpi_started_here) */
     return e;
 }
 
@@ -244,6 +266,9 @@ int mpr_world_size(void) {
 }
 
 mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out) {
+    MPRI_ARG_NONNULL(out);
+    memset(out, 0, sizeof *out);
+    out->rank = -1;
     mpr_err_t e = mpri_check_running("mpr_get_worker_info_by_rank");
     if (e) return e;
     if (rank < 0 || rank >= mpri_rt.size)
@@ -254,9 +279,11 @@ mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out) {
 }
 
 mpr_err_t mpr_get_worker_info(const char *name, mpr_worker_info_t *out) {
+    if (out) memset(out, 0, sizeof *out), out->rank = -1;
+    MPRI_ARG_NONNULL(name);
+    MPRI_ARG_NONNULL(out);
     mpr_err_t e = mpri_check_running("mpr_get_worker_info");
     if (e) return e;
-    if (!name) return mpr_error_set(MPR_ERR_INVALID_ARG, "worker name is NULL");
     for (int r = 0; r < mpri_rt.size; r++)
         if (strcmp(mpri_rt.workers[r].name, name) == 0) {
             *out = mpri_rt.workers[r];
@@ -266,6 +293,9 @@ mpr_err_t mpr_get_worker_info(const char *name, mpr_worker_info_t *out) {
 }
 
 mpr_err_t mpr_get_self_worker_info(mpr_worker_info_t *out) {
+    MPRI_ARG_NONNULL(out);
+    memset(out, 0, sizeof *out);
+    out->rank = -1;
     mpr_err_t e = mpri_check_running("mpr_get_self_worker_info");
     if (e) return e;
     *out = mpri_rt.workers[mpri_rt.rank];
@@ -273,7 +303,10 @@ mpr_err_t mpr_get_self_worker_info(mpr_worker_info_t *out) {
 }
 
 mpr_err_t mpr_dest_rank(mpr_dest_t to, int *rank) {
+    MPRI_ARG_NONNULL(rank);
+    *rank = -1;
     if (to.kind == MPR_DEST_NAME) {
+        if (!to.name) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_dest_rank: destination name is NULL");
         mpr_worker_info_t w;
         mpr_err_t e = mpr_get_worker_info(to.name, &w);
         if (e) return e;
@@ -288,7 +321,7 @@ mpr_err_t mpr_dest_rank(mpr_dest_t to, int *rank) {
 }
 
 mpr_err_t mpr_get_debug_info(mpr_debug_info_t *out) {
-    if (!out) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_get_debug_info: NULL");
+    MPRI_ARG_NONNULL(out);
     memset(out, 0, sizeof *out);
     out->rank = mpri_rt.rank;
     out->world_size = mpri_rt.size;

@@ -15,15 +15,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_assert.h"
 #include "mpri_call.h"
 #include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
 
-const mpr_worker_info_t *mpr_call_caller(const mpr_call_ctx_t *ctx) { return ctx->caller; }
-const char *mpr_call_function(const mpr_call_ctx_t *ctx) { return ctx->function->name; }
-void *mpr_call_user_data(const mpr_call_ctx_t *ctx) { return ctx->function->user_data; }
+const mpr_worker_info_t *mpr_call_caller(const mpr_call_ctx_t *ctx) {
+    MPRI_ARG_NONNULL_OR(ctx, NULL);
+    return ctx->caller;
+}
+const char *mpr_call_function(const mpr_call_ctx_t *ctx) {
+    MPRI_ARG_NONNULL_OR(ctx, NULL);
+    return ctx->function->name;
+}
+void *mpr_call_user_data(const mpr_call_ctx_t *ctx) {
+    MPRI_ARG_NONNULL_OR(ctx, NULL);
+    return ctx->function->user_data;
+}
 
 static const char *self_name(void) { return mpri_rt.workers[mpri_rt.rank].name; }
 

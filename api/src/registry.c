@@ -4,6 +4,7 @@
  * rejected with both names in the message); calls resolve by id and name;
  * entries are immutable once published and freed only by
  * mpr_registry_clear(), so lookups return stable pointers under a read lock. */
+#include "mpri_args.h"
 #include "mpri_registry.h"
 
 #include <pthread.h>
@@ -78,10 +79,14 @@ static mpr_err_t add(const char *name, mpr_fn_t fn, mpr_async_fn_t afn, void *us
 }
 
 mpr_err_t mpr_register_function(const char *name, mpr_fn_t fn, void *user_data) {
+    MPRI_ARG_NONNULL(name);
+    MPRI_ARG_NONNULL(fn);
     return add(name, fn, NULL, user_data);
 }
 
 mpr_err_t mpr_register_async_function(const char *name, mpr_async_fn_t fn, void *user_data) {
+    MPRI_ARG_NONNULL(name);
+    MPRI_ARG_NONNULL(fn);
     return add(name, NULL, fn, user_data);
 }
 

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mpri_args.h"
+#include "mpri_args.h"
 #include "mpri_future.h"
 #include "mpri_registry.h"
 #include "mpri_runtime.h"
@@ -17,6 +19,7 @@ static mpr_future_t *failed_future(mpr_err_t code) {
 }
 
 mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s) {
+    if (!fn) return failed_future(mpri_null_arg(__func__, "fn"));
     mpr_err_t e = mpri_check_running("rpc");
     if (e) return failed_future(e);
     int rank;
@@ -32,6 +35,9 @@ mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *ar
 
 mpr_err_t mpr_rpc_sync(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s,
                        mpr_value_t **result) {
+    if (result) *result = NULL;
+    MPRI_ARG_NONNULL(fn);
+    MPRI_ARG_NONNULL(result);
     if (!result) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_rpc_sync: result pointer is NULL");
     mpr_future_t *f = mpr_rpc_async(to, fn, args, timeout_s);
     if (!f) return mpr_last_error_code();

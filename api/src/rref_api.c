@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
@@ -51,6 +52,7 @@ static void creation_done(mpr_future_t *f, void *arg) {
 }
 
 mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s) {
+    MPRI_ARG_NONNULL_OR(fn, NULL);
     mpr_err_t e = mpri_check_running("remote");
     int rank;
     if (e || (e = mpr_dest_rank(to, &rank))) return NULL;
@@ -111,6 +113,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
 }
 
 mpr_rref_t *mpr_rref_create_local(mpr_value_t *value) {
+    MPRI_ARG_NONNULL_OR(value, NULL);
     if (mpri_check_running("mpr_rref_create_local")) return NULL;
     if (!value) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_rref_create_local: value is NULL");
@@ -166,6 +169,9 @@ static mpr_err_t owner_value(mpr_rref_t *r, double timeout_s, const char *what, 
 }
 
 mpr_err_t mpr_rref_to_here(mpr_rref_t *r, double timeout_s, mpr_value_t **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(r);
+    MPRI_ARG_NONNULL(out);
     mpr_err_t e = check_use(r, "to_here");
     if (e) return e;
     if (!out) return mpr_error_set(MPR_ERR_INVALID_ARG, "to_here: out is NULL");
@@ -198,6 +204,9 @@ mpr_err_t mpr_rref_to_here(mpr_rref_t *r, double timeout_s, mpr_value_t **out) {
 }
 
 mpr_err_t mpr_rref_local_value(mpr_rref_t *r, mpr_value_t **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(r);
+    MPRI_ARG_NONNULL(out);
     mpr_err_t e = check_use(r, "local_value");
     if (e) return e;
     if (!out) return mpr_error_set(MPR_ERR_INVALID_ARG, "local_value: out is NULL");
@@ -212,9 +221,15 @@ mpr_err_t mpr_rref_local_value(mpr_rref_t *r, mpr_value_t **out) {
     return owner_value(r, MPR_TIMEOUT_DEFAULT, "local_value", out);
 }
 
-bool mpr_rref_is_owner(const mpr_rref_t *r) { return mpri_rref_check(r, "is_owner") == MPR_OK && r->is_owner; }
+bool mpr_rref_is_owner(const mpr_rref_t *r) {
+    MPRI_ARG_NONNULL_OR(r, false);
+    return mpri_rref_check(r, "is_owner") == MPR_OK && r->is_owner;
+}
 
 mpr_err_t mpr_rref_owner(const mpr_rref_t *r, mpr_worker_info_t *out) {
+    if (out) memset(out, 0, sizeof *out), out->rank = -1;
+    MPRI_ARG_NONNULL(r);
+    MPRI_ARG_NONNULL(out);
     mpr_err_t e = mpri_rref_check(r, "owner");
     if (e) return e;
     if (!out) return mpr_error_set(MPR_ERR_INVALID_ARG, "owner: out is NULL");
@@ -225,10 +240,12 @@ mpr_err_t mpr_rref_owner(const mpr_rref_t *r, mpr_worker_info_t *out) {
 }
 
 const char *mpr_rref_owner_name(const mpr_rref_t *r) {
+    MPRI_ARG_NONNULL_OR(r, NULL);
     return mpri_rref_check(r, "owner_name") == MPR_OK ? r->owner_name : "";
 }
 
 bool mpr_rref_confirmed_by_owner(const mpr_rref_t *r) {
+    MPRI_ARG_NONNULL_OR(r, false);
     if (mpri_rref_check(r, "confirmed_by_owner")) return false;
     if (r->is_owner) return true;
     pthread_mutex_lock(&CTX.lock);
@@ -238,6 +255,8 @@ bool mpr_rref_confirmed_by_owner(const mpr_rref_t *r) {
 }
 
 const char *mpr_rref_id_string(const mpr_rref_t *r, char *buf, size_t len) {
+    MPRI_ARG_NONNULL_OR(r, NULL);
+    MPRI_ARG_NONNULL_OR(buf, NULL);
     if (!buf || !len) return "";
     if (mpri_rref_check(r, "id"))
         snprintf(buf, len, "RRef(?)");
@@ -249,6 +268,7 @@ const char *mpr_rref_id_string(const mpr_rref_t *r, char *buf, size_t len) {
 /* ---- RRef values ---- */
 
 mpr_value_t *mpr_value_new_rref(mpr_rref_t *r) {
+    MPRI_ARG_NONNULL_OR(r, NULL);
     if (mpri_rref_check(r, "mpr_value_new_rref")) return NULL;
     mpr_value_t *v = mpri_value_new_opaque(MPR_VALUE_RREF, mpr_rref_retain(r));
     if (!v) mpr_rref_release(r);
@@ -256,6 +276,9 @@ mpr_value_t *mpr_value_new_rref(mpr_rref_t *r) {
 }
 
 mpr_err_t mpr_value_get_rref(const mpr_value_t *v, mpr_rref_t **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(v);
+    MPRI_ARG_NONNULL(out);
     if (!v || v->kind != MPR_VALUE_RREF)
         return mpr_error_set(MPR_ERR_TYPE, "expected an rref value, got %s", v ? mpr_value_kind_name(v->kind) : "NULL");
     *out = v->u.opaque;
@@ -263,6 +286,9 @@ mpr_err_t mpr_value_get_rref(const mpr_value_t *v, mpr_rref_t **out) {
 }
 
 mpr_err_t mpr_args_rref(const mpr_value_t *args, size_t i, mpr_rref_t **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(args);
+    MPRI_ARG_NONNULL(out);
     if (!args || args->kind != MPR_VALUE_LIST)
         return mpr_error_set(MPR_ERR_TYPE, "arguments: expected a list");
     if (i >= args->u.list.len)
@@ -305,7 +331,15 @@ static mpr_value_t *proxy_prepare(mpr_rref_t *r, const char *what, const mpr_val
     return proxy_args(r, what, args);
 }
 
+static mpr_future_t *failed_future(mpr_err_t code) {
+    mpr_future_t *f = mpr_future_create();
+    if (f) mpr_future_set_error(f, code, mpr_last_error());
+    return f;
+}
+
 mpr_future_t *mpr_rref_rpc_async(mpr_rref_t *r, const char *fn, const mpr_value_t *args, double timeout_s) {
+    if (!r) return failed_future(mpri_null_arg(__func__, "r"));
+    if (!fn) return failed_future(mpri_null_arg(__func__, "fn"));
     mpr_value_t *list = proxy_prepare(r, "rref rpc_async", args);
     if (!list) {
         mpr_err_t code = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_INVALID_ARG;
@@ -320,6 +354,10 @@ mpr_future_t *mpr_rref_rpc_async(mpr_rref_t *r, const char *fn, const mpr_value_
 
 mpr_err_t mpr_rref_rpc_sync(mpr_rref_t *r, const char *fn, const mpr_value_t *args, double timeout_s,
                             mpr_value_t **result) {
+    if (result) *result = NULL;
+    MPRI_ARG_NONNULL(r);
+    MPRI_ARG_NONNULL(fn);
+    MPRI_ARG_NONNULL(result);
     if (!result) return mpr_error_set(MPR_ERR_INVALID_ARG, "rref rpc_sync: result pointer is NULL");
     mpr_future_t *f = mpr_rref_rpc_async(r, fn, args, timeout_s);
     if (!f) return mpr_last_error_code();
@@ -329,6 +367,8 @@ mpr_err_t mpr_rref_rpc_sync(mpr_rref_t *r, const char *fn, const mpr_value_t *ar
 }
 
 mpr_rref_t *mpr_rref_remote(mpr_rref_t *r, const char *fn, const mpr_value_t *args, double timeout_s) {
+    MPRI_ARG_NONNULL_OR(r, NULL);
+    MPRI_ARG_NONNULL_OR(fn, NULL);
     mpr_value_t *list = proxy_prepare(r, "rref remote", args);
     if (!list) return NULL;
     mpr_rref_t *out = mpr_remote(mpr_to_rank(r->owner_rank), fn, list, timeout_s);
@@ -337,6 +377,9 @@ mpr_rref_t *mpr_rref_remote(mpr_rref_t *r, const char *fn, const mpr_value_t *ar
 }
 
 mpr_err_t mpr_rref_self(const mpr_value_t *args, const mpr_type_t *type, void **obj) {
+    if (obj) *obj = NULL;
+    MPRI_ARG_NONNULL(args);
+    MPRI_ARG_NONNULL(obj);
     mpr_rref_t *r;
     mpr_err_t e = mpr_args_rref(args, 0, &r);
     if (e) return e;

@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "mpri_args.h"
 #include "mpri_assert.h"
 #include "mpri_error.h"
 #include "mpri_event.h"
@@ -410,6 +411,7 @@ mpr_err_t mpri_rref_check(const mpr_rref_t *r, const char *what) {
 }
 
 mpr_rref_t *mpr_rref_retain(mpr_rref_t *r) {
+    MPRI_ARG_NONNULL_OR(r, NULL);
     if (r && r->magic == MPRI_RREF_MAGIC) atomic_fetch_add(&r->refcount, 1);
     return r;
 }

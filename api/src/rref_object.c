@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_init.h"
 #include "mpri_rref.h"
 #include "mpri_value.h"
@@ -37,6 +38,9 @@ static const mpr_type_t *find_locked(const char *name) {
 }
 
 mpr_err_t mpr_register_type(const char *name, mpr_destructor_t destructor, const mpr_type_t **out) {
+    if (out) *out = NULL;
+    MPRI_ARG_NONNULL(name);
+    MPRI_ARG_NONNULL(out);
     if (!name || !*name || strlen(name) >= MPR_MAX_NAME_LEN)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_register_type: name must be 1 to %d bytes",
                              MPR_MAX_NAME_LEN - 1);
@@ -63,6 +67,7 @@ mpr_err_t mpr_register_type(const char *name, mpr_destructor_t destructor, const
 }
 
 const mpr_type_t *mpr_type_find(const char *name) {
+    MPRI_ARG_NONNULL_OR(name, NULL);
     if (!name) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_type_find: name is NULL");
         return NULL;
@@ -74,9 +79,14 @@ const mpr_type_t *mpr_type_find(const char *name) {
     return t;
 }
 
-const char *mpr_type_name(const mpr_type_t *type) { return type ? type->name : "?"; }
+const char *mpr_type_name(const mpr_type_t *type) {
+    MPRI_ARG_NONNULL_OR(type, NULL);
+    return type ? type->name : "?";
+}
 
 mpr_value_t *mpr_value_new_object(const mpr_type_t *type, void *obj) {
+    MPRI_ARG_NONNULL_OR(type, NULL);
+    MPRI_ARG_NONNULL_OR(obj, NULL);
     if (!type || !obj) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_new_object: NULL %s", type ? "object" : "type");
         return NULL;
@@ -95,6 +105,9 @@ mpr_value_t *mpr_value_new_object(const mpr_type_t *type, void *obj) {
 }
 
 mpr_err_t mpr_value_get_object(const mpr_value_t *v, const mpr_type_t *type, void **obj) {
+    if (obj) *obj = NULL;
+    MPRI_ARG_NONNULL(v);
+    MPRI_ARG_NONNULL(obj);
     if (!v || v->kind != MPR_VALUE_OBJECT)
         return mpr_error_set(MPR_ERR_TYPE, "expected an object value%s%s, got %s", type ? " of type " : "",
                              type ? type->name : "", v ? mpr_value_kind_name(v->kind) : "NULL");

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpirpc/data.h"
 #include "mpirpc/tensor_ops.h"
 #include "mpri_tensor.h"
@@ -22,6 +23,7 @@ struct mpr_batch_iter {
 
 mpr_batch_iter_t *mpr_batch_iter_create(mpr_tensor_t *data, mpr_tensor_t *labels, int64_t batch_size,
                                         bool shuffle, bool drop_last, uint64_t seed) {
+    MPRI_ARG_NONNULL_OR(data, NULL);
     if (!data) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "batch_iter_create: data is NULL");
         return NULL;
@@ -73,11 +75,13 @@ void mpr_batch_iter_destroy(mpr_batch_iter_t *it) {
 }
 
 int64_t mpr_batch_iter_num_batches(const mpr_batch_iter_t *it) {
+    MPRI_ARG_NONNULL_OR(it, 0);
     if (!it) return 0;
     return it->drop_last ? it->n / it->batch : (it->n + it->batch - 1) / it->batch;
 }
 
 void mpr_batch_iter_reset(mpr_batch_iter_t *it) {
+    MPRI_ARG_NONNULL_OR(it, );
     if (it) it->in_epoch = false;
 }
 
@@ -120,6 +124,8 @@ static mpr_tensor_t *gather_rows(const mpr_tensor_t *src, const int64_t *rows, i
 bool mpr_batch_iter_next(mpr_batch_iter_t *it, mpr_tensor_t **x, mpr_tensor_t **y) {
     if (x) *x = NULL;
     if (y) *y = NULL;
+    MPRI_ARG_NONNULL_OR(it, false);
+    MPRI_ARG_NONNULL_OR(x, false);
     if (!it || !x) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "batch_iter_next: NULL argument");
         return false;

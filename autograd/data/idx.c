@@ -12,6 +12,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "mpri_args.h"
 #include "mpirpc/data.h"
 #include "mpri_tensor.h"
 
@@ -54,6 +55,7 @@ static void swap_elements(void *data, int64_t n, size_t esz) {
 }
 
 mpr_tensor_t *mpr_idx_load(const char *path) {
+    MPRI_ARG_NONNULL_OR(path, NULL);
     if (!path) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "idx_load: path is NULL");
         return NULL;
@@ -131,6 +133,10 @@ out:
 }
 
 mpr_err_t mpr_mnist_load(const char *dir, bool train, bool flat, mpr_tensor_t **images, mpr_tensor_t **labels) {
+    if (images) *images = NULL;
+    if (labels) *labels = NULL;
+    MPRI_ARG_NONNULL(images);
+    MPRI_ARG_NONNULL(labels);
     if (!images || !labels) return mpr_error_set(MPR_ERR_INVALID_ARG, "mnist_load: output pointer is NULL");
     *images = *labels = NULL;
     if (!dir) dir = getenv("MPIRPC_FASHION_MNIST_DIR");

@@ -5,6 +5,7 @@
  * load_into, which validate everything before writing anything. */
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "mpirpc/nn.h"
 #include "mpirpc/tensor_io.h"
 
@@ -25,6 +26,8 @@ static mpr_err_t collect(mpr_module_t *m, const char *op, int *n_out, const char
 }
 
 mpr_err_t mpr_module_save_safetensors(struct mpr_module *m, const char *path) {
+    MPRI_ARG_NONNULL(m);
+    MPRI_ARG_NONNULL(path);
     int n;
     const char **names;
     mpr_tensor_t **ts;
@@ -37,6 +40,8 @@ mpr_err_t mpr_module_save_safetensors(struct mpr_module *m, const char *path) {
 }
 
 mpr_err_t mpr_module_load_safetensors(struct mpr_module *m, const char *path, bool strict) {
+    MPRI_ARG_NONNULL(m);
+    MPRI_ARG_NONNULL(path);
     int n;
     const char **names;
     mpr_tensor_t **ts;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpirpc/tensor_io.h"
 #include "mpri_io.h"
 #include "mpri_tensor.h"
@@ -35,6 +36,11 @@ static const char *npy_descr(mpr_dtype_t dt) {
 }
 
 mpr_err_t mpr_tensor_npy_encode(mpr_tensor_t *t, void **out, size_t *out_len) {
+    if (out) *out = NULL;
+    if (out_len) *out_len = 0;
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(out);
+    MPRI_ARG_NONNULL(out_len);
     if (!out || !out_len) return mpr_error_set(MPR_ERR_INVALID_ARG, "npy_encode: output pointer is NULL");
     *out = NULL;
     *out_len = 0;
@@ -75,6 +81,8 @@ mpr_err_t mpr_tensor_npy_encode(mpr_tensor_t *t, void **out, size_t *out_len) {
 }
 
 mpr_err_t mpr_tensor_save_npy(mpr_tensor_t *t, const char *path) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(path);
     void *buf;
     size_t len;
     mpr_err_t rc = mpr_tensor_npy_encode(t, &buf, &len);
@@ -212,6 +220,7 @@ static mpr_err_t parse_header(hdr_t *h, mpr_dtype_t *dtype, int *ndim, int64_t *
 }
 
 mpr_tensor_t *mpr_tensor_npy_decode(const void *buf, size_t len, const char *what) {
+    MPRI_ARG_NONNULL_OR(buf, NULL);
     const unsigned char *b = buf;
     if (!what) what = "npy";
     if (!buf && len) {
@@ -265,6 +274,7 @@ mpr_tensor_t *mpr_tensor_npy_decode(const void *buf, size_t len, const char *wha
 }
 
 mpr_tensor_t *mpr_tensor_load_npy(const char *path) {
+    MPRI_ARG_NONNULL_OR(path, NULL);
     void *buf;
     size_t len;
     if (mpri_io_read_file(path, "load_npy", &buf, &len) != MPR_OK) return NULL;

@@ -25,6 +25,7 @@
 
 #include <cJSON.h>
 
+#include "mpri_args.h"
 #include "mpirpc/tensor_io.h"
 #include "mpri_io.h"
 #include "mpri_tensor.h"
@@ -71,6 +72,9 @@ static char *dup_str(const char *s) {
 }
 
 mpr_err_t mpr_tensor_dict_set(mpr_tensor_dict_t *d, const char *name, mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL(d);
+    MPRI_ARG_NONNULL(name);
+    MPRI_ARG_NONNULL(t);
     if (!d || !name || !t) return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set: NULL argument");
     if (!name[0]) return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set: empty name");
     if (strcmp(name, "__metadata__") == 0)
@@ -100,6 +104,8 @@ mpr_err_t mpr_tensor_dict_set(mpr_tensor_dict_t *d, const char *name, mpr_tensor
 }
 
 mpr_tensor_t *mpr_tensor_dict_get(const mpr_tensor_dict_t *d, const char *name) {
+    MPRI_ARG_NONNULL_OR(d, NULL);
+    MPRI_ARG_NONNULL_OR(name, NULL);
     if (!d || !name) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_get: NULL argument");
         return NULL;
@@ -110,17 +116,25 @@ mpr_tensor_t *mpr_tensor_dict_get(const mpr_tensor_dict_t *d, const char *name) 
     return NULL;
 }
 
-size_t mpr_tensor_dict_count(const mpr_tensor_dict_t *d) { return d ? d->count : 0; }
+size_t mpr_tensor_dict_count(const mpr_tensor_dict_t *d) {
+    MPRI_ARG_NONNULL_OR(d, 0);
+    return d ? d->count : 0;
+}
 
 const char *mpr_tensor_dict_name(const mpr_tensor_dict_t *d, size_t i) {
+    MPRI_ARG_NONNULL_OR(d, NULL);
     return d && i < d->count ? d->names[i] : NULL;
 }
 
 mpr_tensor_t *mpr_tensor_dict_tensor(const mpr_tensor_dict_t *d, size_t i) {
+    MPRI_ARG_NONNULL_OR(d, NULL);
     return d && i < d->count ? d->tensors[i] : NULL;
 }
 
 mpr_err_t mpr_tensor_dict_set_meta(mpr_tensor_dict_t *d, const char *key, const char *value) {
+    MPRI_ARG_NONNULL(d);
+    MPRI_ARG_NONNULL(key);
+    MPRI_ARG_NONNULL(value);
     if (!d || !key || !value) return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_set_meta: NULL argument");
     char *v = dup_str(value);
     if (!v) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set_meta: out of memory");
@@ -154,6 +168,8 @@ mpr_err_t mpr_tensor_dict_set_meta(mpr_tensor_dict_t *d, const char *key, const 
 }
 
 const char *mpr_tensor_dict_get_meta(const mpr_tensor_dict_t *d, const char *key) {
+    MPRI_ARG_NONNULL_OR(d, NULL);
+    MPRI_ARG_NONNULL_OR(key, NULL);
     if (!d || !key) return NULL;
     for (size_t i = 0; i < d->meta_count; i++)
         if (strcmp(d->meta_keys[i], key) == 0) return d->meta_values[i];
@@ -209,6 +225,11 @@ static char *encode_header(const mpr_tensor_dict_t *d) {
 }
 
 mpr_err_t mpr_safetensors_encode(const mpr_tensor_dict_t *d, void **out, size_t *out_len) {
+    if (out) *out = NULL;
+    if (out_len) *out_len = 0;
+    MPRI_ARG_NONNULL(d);
+    MPRI_ARG_NONNULL(out);
+    MPRI_ARG_NONNULL(out_len);
     if (!out || !out_len) return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_encode: output pointer is NULL");
     *out = NULL;
     *out_len = 0;
@@ -240,6 +261,8 @@ mpr_err_t mpr_safetensors_encode(const mpr_tensor_dict_t *d, void **out, size_t 
 }
 
 mpr_err_t mpr_safetensors_save(const mpr_tensor_dict_t *d, const char *path) {
+    MPRI_ARG_NONNULL(d);
+    MPRI_ARG_NONNULL(path);
     void *buf;
     size_t len;
     mpr_err_t rc = mpr_safetensors_encode(d, &buf, &len);
@@ -251,6 +274,9 @@ mpr_err_t mpr_safetensors_save(const mpr_tensor_dict_t *d, const char *path) {
 
 mpr_err_t mpr_safetensors_save_list(const char *path, size_t n, const char *const *names,
                                     mpr_tensor_t *const *tensors) {
+    MPRI_ARG_NONNULL(path);
+    if (n > 0) MPRI_ARG_NONNULL(names);
+    if (n > 0) MPRI_ARG_NONNULL(tensors);
     if (n && (!names || !tensors))
         return mpr_error_set(MPR_ERR_INVALID_ARG, "safetensors_save_list: names or tensors is NULL");
     mpr_tensor_dict_t *d = mpr_tensor_dict_create();
@@ -399,6 +425,7 @@ static cJSON *parse_header(const char *what, const char *text, size_t len) {
 }
 
 mpr_tensor_dict_t *mpr_safetensors_decode(const void *buf, size_t len, const char *what) {
+    MPRI_ARG_NONNULL_OR(buf, NULL);
     const unsigned char *b = buf;
     if (!what) what = "safetensors";
     if (!buf && len) {
@@ -496,6 +523,7 @@ out:
 }
 
 mpr_tensor_dict_t *mpr_safetensors_load(const char *path) {
+    MPRI_ARG_NONNULL_OR(path, NULL);
     void *buf;
     size_t len;
     if (mpri_io_read_file(path, "safetensors_load", &buf, &len) != MPR_OK) return NULL;
@@ -513,6 +541,9 @@ static void format_shape(const mpr_tensor_t *t, char *out, size_t cap) {
 
 mpr_err_t mpr_tensor_dict_copy_into(const mpr_tensor_dict_t *d, size_t n, const char *const *names,
                                     mpr_tensor_t *const *tensors, bool strict) {
+    MPRI_ARG_NONNULL(d);
+    if (n > 0) MPRI_ARG_NONNULL(names);
+    if (n > 0) MPRI_ARG_NONNULL(tensors);
     if (!d || (n && (!names || !tensors)))
         return mpr_error_set(MPR_ERR_INVALID_ARG, "tensor_dict_copy_into: NULL argument");
     for (size_t i = 0; i < n; i++) {
@@ -558,6 +589,9 @@ mpr_err_t mpr_tensor_dict_copy_into(const mpr_tensor_dict_t *d, size_t n, const 
 
 mpr_err_t mpr_safetensors_load_into(const char *path, size_t n, const char *const *names,
                                     mpr_tensor_t *const *tensors, bool strict) {
+    MPRI_ARG_NONNULL(path);
+    if (n > 0) MPRI_ARG_NONNULL(names);
+    if (n > 0) MPRI_ARG_NONNULL(tensors);
     mpr_tensor_dict_t *d = mpr_safetensors_load(path);
     if (!d) return mpr_last_error_code();
     mpr_err_t rc = mpr_tensor_dict_copy_into(d, n, names, tensors, strict);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "mpri_args.h"
 #include "nn/mpri_nn.h"
 
 static mpr_tensor_t *lstm_forward_module(mpr_module_t *m, mpr_tensor_t *x) {
@@ -113,6 +114,8 @@ mpr_err_t mpr_lstm_forward(mpr_module_t *lstm, mpr_tensor_t *x, mpr_tensor_t *h0
     if (out) *out = NULL;
     if (hn) *hn = NULL;
     if (cn) *cn = NULL;
+    MPRI_ARG_NONNULL(lstm);
+    MPRI_ARG_NONNULL(x);
     if (!lstm || lstm->vt != &lstm_vt)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "lstm_forward: not an LSTM module (%s)",
                              lstm ? lstm->vt->kind : "NULL");

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "nn/mpri_nn.h"
 
@@ -159,6 +160,7 @@ void mpr_module_destroy(mpr_module_t *m) {
 }
 
 const char *mpr_module_kind(const mpr_module_t *m) {
+    MPRI_ARG_NONNULL_OR(m, "?");
     if (!m) return "?";
     return m->custom_kind ? m->custom_kind : m->vt->kind;
 }
@@ -173,6 +175,8 @@ static const mpri_module_vtable_t custom_vt = {"Module", custom_forward, NULL};
 
 mpr_module_t *mpr_module_create(const char *kind, mpr_module_forward_fn forward, void *ctx,
                                 void (*ctx_free)(void *ctx)) {
+    MPRI_ARG_NONNULL_OR(kind, NULL);
+    MPRI_ARG_NONNULL_OR(forward, NULL);
     if (!forward) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "module_create: forward function is NULL");
         return NULL;
@@ -191,7 +195,10 @@ mpr_module_t *mpr_module_create(const char *kind, mpr_module_forward_fn forward,
     return m;
 }
 
-void *mpr_module_ctx(const mpr_module_t *m) { return m ? m->ctx : NULL; }
+void *mpr_module_ctx(const mpr_module_t *m) {
+    MPRI_ARG_NONNULL_OR(m, NULL);
+    return m ? m->ctx : NULL;
+}
 
 /* Built-in layers have a fixed structure their forward relies on. */
 static bool is_container(const mpr_module_t *m) {
@@ -199,7 +206,12 @@ static bool is_container(const mpr_module_t *m) {
 }
 
 mpr_err_t mpr_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *child) {
-    if (!m || !is_container(m)) {
+    MPRI_ARG_NONNULL(child);
+    if (!m || !name) { /* ownership is taken on failure too */
+        if (!child->parent) mpr_module_destroy(child);
+        return mpri_null_arg(__func__, !m ? "m" : "name");
+    }
+    if (!is_container(m)) {
         if (child && !child->parent) mpr_module_destroy(child);
         return mpr_error_set(MPR_ERR_INVALID_ARG, "module_add_child: %s cannot take children",
                              m ? mpr_module_kind(m) : "NULL module");
@@ -208,6 +220,8 @@ mpr_err_t mpr_module_add_child(mpr_module_t *m, const char *name, mpr_module_t *
 }
 
 mpr_module_t *mpr_module_child(mpr_module_t *m, const char *name) {
+    MPRI_ARG_NONNULL_OR(m, NULL);
+    MPRI_ARG_NONNULL_OR(name, NULL);
     for (int i = 0; m && name && i < m->n_children; i++)
         if (strcmp(m->children[i].name, name) == 0) return m->children[i].m;
     mpr_error_set(MPR_ERR_NOT_FOUND, "%s has no child named '%s'", mpr_module_kind(m),
@@ -216,6 +230,9 @@ mpr_module_t *mpr_module_child(mpr_module_t *m, const char *name) {
 }
 
 mpr_err_t mpr_module_add_parameter(mpr_module_t *m, const char *name, mpr_tensor_t *t) {
+    MPRI_ARG_NONNULL(m);
+    MPRI_ARG_NONNULL(name);
+    MPRI_ARG_NONNULL(t);
     if (!m || !t)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "module_add_parameter: NULL argument");
     if (m->vt != &custom_vt)
@@ -229,6 +246,8 @@ mpr_err_t mpr_module_add_parameter(mpr_module_t *m, const char *name, mpr_tensor
 }
 
 mpr_tensor_t *mpr_module_forward(mpr_module_t *m, mpr_tensor_t *x) {
+    MPRI_ARG_NONNULL_OR(m, NULL);
+    MPRI_OP_INPUT(x);
     if (!m) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "module forward: module is NULL");
         return NULL;
@@ -285,12 +304,14 @@ static mpr_err_t ensure_flat(mpr_module_t *m) {
 }
 
 int mpr_module_num_parameters(mpr_module_t *m) {
+    MPRI_ARG_NONNULL_OR(m, 0);
     if (!m || ensure_flat(m) != MPR_OK) return 0;
     return m->n_flat;
 }
 
 mpr_tensor_t *mpr_module_parameter(mpr_module_t *m, int i, const char **name) {
     if (name) *name = NULL;
+    MPRI_ARG_NONNULL_OR(m, NULL);
     if (!m || ensure_flat(m) != MPR_OK) return NULL;
     if (i < 0 || i >= m->n_flat) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "module parameter: index %d out of range [0, %d)", i,
@@ -302,6 +323,8 @@ mpr_tensor_t *mpr_module_parameter(mpr_module_t *m, int i, const char **name) {
 }
 
 mpr_tensor_t *mpr_module_get_parameter(mpr_module_t *m, const char *name) {
+    MPRI_ARG_NONNULL_OR(m, NULL);
+    MPRI_ARG_NONNULL_OR(name, NULL);
     if (!m || !name) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "module get_parameter: NULL argument");
         return NULL;
@@ -314,6 +337,7 @@ mpr_tensor_t *mpr_module_get_parameter(mpr_module_t *m, const char *name) {
 }
 
 int64_t mpr_module_parameter_numel(mpr_module_t *m) {
+    MPRI_ARG_NONNULL_OR(m, 0);
     int64_t n = 0;
     int k = mpr_module_num_parameters(m);
     for (int i = 0; i < k; i++) n += mpr_tensor_numel(m->flat[i].t);
@@ -321,14 +345,19 @@ int64_t mpr_module_parameter_numel(mpr_module_t *m) {
 }
 
 void mpr_module_train(mpr_module_t *m, bool training) {
+    MPRI_ARG_NONNULL_OR(m, );
     if (!m) return;
     m->training = training;
     for (int i = 0; i < m->n_children; i++) mpr_module_train(m->children[i].m, training);
 }
 
-bool mpr_module_is_training(const mpr_module_t *m) { return m && m->training; }
+bool mpr_module_is_training(const mpr_module_t *m) {
+    MPRI_ARG_NONNULL_OR(m, false);
+    return m && m->training;
+}
 
 void mpr_module_zero_grad(mpr_module_t *m) {
+    MPRI_ARG_NONNULL_OR(m, );
     if (!m) return;
     for (int i = 0; i < m->n_params; i++) mpr_zero_grad(m->params[i].t);
     for (int i = 0; i < m->n_children; i++) mpr_module_zero_grad(m->children[i].m);

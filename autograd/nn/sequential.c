@@ -7,6 +7,7 @@
  * Sequential returns its input (a new reference), like PyTorch. */
 #include <stdio.h>
 
+#include "mpri_args.h"
 #include "nn/mpri_nn.h"
 
 static mpr_tensor_t *sequential_forward(mpr_module_t *m, mpr_tensor_t *x) {
@@ -26,6 +27,11 @@ mpr_module_t *mpr_sequential_create(void) { return mpri_module_new(&sequential_v
 static bool is_sequential(const mpr_module_t *m) { return m && m->vt == &sequential_vt; }
 
 mpr_err_t mpr_sequential_append(mpr_module_t *seq, mpr_module_t *child) {
+    MPRI_ARG_NONNULL(child);
+    if (!seq) {
+        if (!child->parent) mpr_module_destroy(child); /* ownership is taken on failure too */
+        return mpri_null_arg(__func__, "seq");
+    }
     if (!is_sequential(seq)) {
         if (!child || !child->parent) mpr_module_destroy(child);
         return mpr_error_set(MPR_ERR_INVALID_ARG, "sequential_append: not a Sequential (%s)",
@@ -37,10 +43,12 @@ mpr_err_t mpr_sequential_append(mpr_module_t *seq, mpr_module_t *child) {
 }
 
 int mpr_sequential_size(const mpr_module_t *seq) {
+    MPRI_ARG_NONNULL_OR(seq, 0);
     return is_sequential(seq) ? seq->n_children : 0;
 }
 
 mpr_module_t *mpr_sequential_child(mpr_module_t *seq, int i) {
+    MPRI_ARG_NONNULL_OR(seq, NULL);
     if (!is_sequential(seq) || i < 0 || i >= seq->n_children) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "sequential_child: index %d out of range", i);
         return NULL;

@@ -71,7 +71,10 @@ static int mpitest_rank(void) {
 static int mpitest_passed __attribute__((unused));
 
 /* A barrier that sleeps while it waits: Open MPI's MPI_Barrier busy-polls, and
- * on a 2-core machine a rank spinning there starves the ranks doing the work. */
+ * on a 2-core machine a rank spinning there starves the ranks doing the work.
+ * Tests call it before mpr_init, after mpr_shutdown and while some ranks have
+ * stopped their runtime, where the library's mpr_barrier (runtime running on
+ * every rank) cannot serve; it therefore stays on MPI_COMM_WORLD. */
 static inline void mpitest_barrier(void) {
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);

@@ -1,4 +1,5 @@
-/* mpirpc/init.h — starting and stopping the runtime, workers, debug info.
+/* mpirpc/init.h — starting and stopping the runtime, workers, a barrier,
+ * debug info.
  *
  * mpr_init() joins the calling rank to the mpirpc world (collective over the
  * communicator). If MPI is not initialized, it calls
@@ -6,6 +7,14 @@
  * the host program already initialized MPI, mpirpc adopts `comm` (any
  * communicator, default MPI_COMM_WORLD), duplicates it so its traffic never
  * meets the host's, requires MPI_THREAD_MULTIPLE, and never finalizes MPI.
+ * A failed mpr_init can be retried: an MPI that mpirpc initialized stays
+ * initialized after the failure (the retry adopts it and mpr_shutdown later
+ * finalizes it); if no retry succeeds, mpirpc finalizes it at process exit.
+ *
+ * NULL arguments: every function here returns MPR_ERR_INVALID_ARG naming the
+ * function and the argument for a NULL pointer it needs (mpr_init(NULL) means
+ * the defaults), with or without a running runtime. Outputs (*out, *rank) are
+ * cleared (zeroed; worker rank -1) first, so on failure they hold no stale data.
  *
  * Worker names: letters, digits, '_', ':' and '-', 1 to 127 characters;
  * default "worker<rank>"; gathered at init, and an invalid or duplicate name
@@ -84,6 +93,18 @@ mpr_err_t mpr_get_worker_info_by_rank(int rank, mpr_worker_info_t *out);
 mpr_err_t mpr_get_self_worker_info(mpr_worker_info_t *out);
 /* Number of workers (0 before init and after shutdown). */
 int mpr_world_size(void);
+
+/* Wait until every worker called mpr_barrier (collective over all workers,
+ * like MPI_Barrier on the mpirpc communicator): e.g. after each rank built the
+ * state its handlers need and before anyone calls them. The waiting thread
+ * sleeps (exponential backoff up to 1 ms), so it does not burn a core; calls
+ * to this rank are served meanwhile. timeout_s: MPR_TIMEOUT_DEFAULT (< 0) the
+ * default RPC timeout, 0 none, > 0 seconds. Errors: MPR_ERR_TIMEOUT (the
+ * barrier stays pending: the next mpr_barrier on this rank keeps waiting for
+ * that same barrier rather than starting a new one), MPR_ERR_NOT_INITIALIZED,
+ * MPR_ERR_SHUTDOWN, MPR_ERR_MPI. Do not call it from a handler while other
+ * ranks wait for that handler's reply (they cannot reach the barrier). */
+mpr_err_t mpr_barrier(double timeout_s);
 
 /* Checks a worker name (MPR_ERR_INVALID_ARG with the reason). */
 mpr_err_t mpr_validate_worker_name(const char *name);
