@@ -45,7 +45,7 @@ static bool is_item_char(char c) { return c && strchr("nbildsywtTrRvV", c) != NU
 /* Step 1. Counts the items that take a slot into *nslots and the top-level
  * items into *ntop ('|' at the top level makes *ntop negative). */
 static mpr_err_t parse_format(const char *who, const char *fmt, bool unpack, int *nslots, int *ntop) {
-    if (!fmt) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: format is NULL", who);
+    if (!fmt) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: argument 'fmt' is NULL", who);
     int depth = 0, items = 0, top = 0;
     bool bar_seen[MPR_FORMAT_MAX_DEPTH + 1] = {false};
     for (const char *p = fmt; *p; p++) {
@@ -296,7 +296,7 @@ mpr_err_t mpr_return(mpr_value_t **result, const char *fmt, ...) {
         va_start(ap, fmt);
         mpr_value_release(vpack("mpr_return", fmt, false, ap));
         va_end(ap);
-        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_return: result pointer is NULL");
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_return: argument 'result' is NULL");
     }
     va_list ap;
     va_start(ap, fmt);
@@ -473,11 +473,11 @@ static mpr_err_t unpack_list(unpacker_t *u, const mpr_value_t *list, char close,
 static mpr_err_t vunpack(const char *who, const mpr_value_t *v, bool single, const char *fmt, va_list ap) {
     int nslots, ntop;
     slot_t slots[MPR_FORMAT_MAX_ITEMS];
+    if (!v) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: argument '%s' is NULL", who, single ? "v" : "args");
     mpr_err_t e = parse_format(who, fmt, true, &nslots, &ntop);
     if (e) return e;
     if (single && ntop != 1)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: format \"%s\" must describe exactly one value", who, fmt);
-    if (!v) return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: the value is NULL", who);
     if (!single && mpr_value_kind(v) != MPR_VALUE_LIST)
         return mpr_error_set(MPR_ERR_TYPE, "%s: arguments: expected a list, got %s", who,
                              mpr_value_kind_name(mpr_value_kind(v)));

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_args.h"
 #include "mpri_future.h"
 
 static atomic_uint_fast64_t oneway_failures;
@@ -24,10 +25,12 @@ static mpr_err_t null_args(const char *who) {
     if (prev != MPR_OK) {
         char why[256]; /* mpr_error_set must not read the buffer it writes */
         snprintf(why, sizeof why, "%s", mpr_last_error());
-        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: args is NULL (building them failed? last error: %s: %s)",
+        return mpr_error_set(MPR_ERR_INVALID_ARG,
+                             "%s: argument 'args' is NULL (building them failed? last error: %s: %s)",
                              who, mpr_error_name(prev), why);
     }
-    return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: args is NULL (for no arguments pass an empty list)", who);
+    return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: argument 'args' is NULL (for no arguments pass an empty list)",
+                         who);
 }
 
 static mpr_future_t *failed_future(mpr_err_t code) {
@@ -38,6 +41,10 @@ static mpr_future_t *failed_future(mpr_err_t code) {
 
 mpr_future_t *mpr_rpc_async_take(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s) {
     if (!args) return failed_future(null_args("mpr_rpc_async_take"));
+    if (!fn) {
+        mpr_value_release(args); /* ownership is taken on failure too */
+        return failed_future(mpri_null_arg(__func__, "fn"));
+    }
     mpr_future_t *f = mpr_rpc_async(to, fn, args, timeout_s); /* the message holds what it needs */
     mpr_value_release(args);
     return f;
@@ -47,6 +54,10 @@ mpr_err_t mpr_rpc_sync_take(mpr_dest_t to, const char *fn, mpr_value_t *args, do
                             mpr_value_t **result) {
     if (result) *result = NULL;
     if (!args) return null_args("mpr_rpc_sync_take");
+    if (!fn || !result) {
+        mpr_value_release(args); /* ownership is taken on failure too */
+        return mpri_null_arg(__func__, !fn ? "fn" : "result");
+    }
     mpr_err_t e = mpr_rpc_sync(to, fn, args, timeout_s, result);
     mpr_value_release(args);
     return e;
@@ -55,11 +66,16 @@ mpr_err_t mpr_rpc_sync_take(mpr_dest_t to, const char *fn, mpr_value_t *args, do
 mpr_err_t mpr_call_sync(mpr_dest_t to, const char *fn, double timeout_s, mpr_value_t **result, const char *fmt,
                         ...) {
     if (result) *result = NULL;
+    MPRI_ARG_NONNULL(fmt);
     va_list ap;
     va_start(ap, fmt);
     mpr_value_t *args = mpr_args_vpack(fmt, ap);
     va_end(ap);
     if (!args) return mpr_last_error_code();
+    if (!fn) {
+        mpr_value_release(args); /* releases the stolen items too */
+        return mpri_null_arg(__func__, "fn");
+    }
     mpr_value_t *r = NULL;
     mpr_err_t e = mpr_rpc_sync(to, fn, args, timeout_s, &r);
     mpr_value_release(args);
@@ -71,11 +87,16 @@ mpr_err_t mpr_call_sync(mpr_dest_t to, const char *fn, double timeout_s, mpr_val
 }
 
 mpr_future_t *mpr_call_async(mpr_dest_t to, const char *fn, double timeout_s, const char *fmt, ...) {
+    if (!fmt) return failed_future(mpri_null_arg(__func__, "fmt"));
     va_list ap;
     va_start(ap, fmt);
     mpr_value_t *args = mpr_args_vpack(fmt, ap);
     va_end(ap);
     if (!args) return failed_future(mpr_last_error_code());
+    if (!fn) {
+        mpr_value_release(args);
+        return failed_future(mpri_null_arg(__func__, "fn"));
+    }
     return mpr_rpc_async_take(to, fn, args, timeout_s);
 }
 
@@ -99,6 +120,10 @@ static void oneway_done(mpr_future_t *f, void *arg) {
 
 mpr_err_t mpr_rpc_oneway_take(mpr_dest_t to, const char *fn, mpr_value_t *args) {
     if (!args) return null_args("mpr_rpc_oneway_take");
+    if (!fn) {
+        mpr_value_release(args); /* ownership is taken on failure too */
+        return mpri_null_arg(__func__, "fn");
+    }
     oneway_t *ow = calloc(1, sizeof *ow);
     mpr_err_t e = ow ? mpr_dest_rank(to, &ow->rank) : mpr_error_set(MPR_ERR_NOMEM, "one-way call: out of memory");
     if (e) {
@@ -127,10 +152,15 @@ mpr_err_t mpr_rpc_oneway_take(mpr_dest_t to, const char *fn, mpr_value_t *args) 
 }
 
 mpr_err_t mpr_call_oneway(mpr_dest_t to, const char *fn, const char *fmt, ...) {
+    MPRI_ARG_NONNULL(fmt);
     va_list ap;
     va_start(ap, fmt);
     mpr_value_t *args = mpr_args_vpack(fmt, ap);
     va_end(ap);
     if (!args) return mpr_last_error_code();
+    if (!fn) {
+        mpr_value_release(args);
+        return mpri_null_arg(__func__, "fn");
+    }
     return mpr_rpc_oneway_take(to, fn, args);
 }

@@ -132,7 +132,7 @@ static void test_take_calls(void) {
     CHECK(mpr_tensor_live_count() == live);
     /* NULL args (a failed builder) is an error naming the builder's failure. */
     CHECK_ERR(mpr_rpc_sync_take(w1, "add", mpr_value_list_of(1, NULL), 10.0, &r), MPR_ERR_INVALID_ARG);
-    CHECK_CONTAINS(mpr_last_error(), "args is NULL");
+    CHECK_CONTAINS(mpr_last_error(), "argument 'args' is NULL");
     CHECK_CONTAINS(mpr_last_error(), "an item is NULL");
 
     mpr_future_t *f = mpr_rpc_async_take(w1, "add", mpr_args_pack("ll", (int64_t)20, (int64_t)22), 10.0);

@@ -20,6 +20,7 @@ cannot slip through untested.
 
 usage: gen_null_args.py <include dir> <output .inc>
 """
+import re
 import sys
 from pathlib import Path
 
@@ -63,6 +64,7 @@ NULL_OK = {
     ("mpr_rref_self", "type"): "any type",
     ("mpr_tensor_npy_decode", "what"): "default source name",
     ("mpr_safetensors_decode", "what"): "default source name",
+    ("mpr_call_sync", "result"): "the result is dropped",
 }
 # Every mpr_generator_t * parameter: NULL is the process-wide default generator.
 NULL_OK_TYPES = {"mpr_generator_t *": "the default generator"}
@@ -75,9 +77,14 @@ SKIP = {
 CONSUMES = {("mpr_future_set_result", "value"): "mpr_value_retain(fx.v)",
             ("mpr_value_list_append", "item"): "mpr_value_retain(fx.v)",
             ("mpr_module_add_child", "child"): "mpr_relu_create()",
-            ("mpr_sequential_append", "child"): "mpr_relu_create()"}
+            ("mpr_sequential_append", "child"): "mpr_relu_create()",
+            ("mpr_rpc_sync_take", "args"): "mpr_value_retain(fx.v)",
+            ("mpr_rpc_async_take", "args"): "mpr_value_retain(fx.v)",
+            ("mpr_rpc_oneway_take", "args"): "mpr_value_retain(fx.v)"}
+# Fixtures chosen by parameter name (before the type's): an empty format packs nothing.
+BY_NAME = {"fmt": '""'}
 # Pointer-returning functions that report errors through a failed future.
-FUTURE_ERRORS = {"mpr_rpc_async", "mpr_rref_rpc_async"}
+FUTURE_ERRORS = {"mpr_rpc_async", "mpr_rref_rpc_async", "mpr_rpc_async_take", "mpr_call_async"}
 # Pointer results that are borrowed (never released by the test).
 BORROWED_RESULTS = {"mpr_module_parameter", "mpr_value_list_get", "mpr_tensor_grad",
                     "mpr_module_get_parameter", "mpr_module_child", "mpr_sequential_child",
@@ -192,6 +199,8 @@ def emit_case(out, idx, f, null_params, phase):
             expr = INPUTS[p.type]
             if expr is None:
                 fail(f"{f.name}: no fixture for '{p.type} {p.name}' (only NULL can be passed)")
+            if p.name in BY_NAME and p.type == "const char *":
+                expr = BY_NAME[p.name]
             if (f.name, p.name) in CONSUMES:
                 expr = CONSUMES[(f.name, p.name)]
             args.append(expr)
@@ -261,7 +270,14 @@ def main():
            "Do not edit. */"]
     table = []
     idx = 0
+    names = {f.name for f in funcs}
     for f in funcs:
+        if any(p.type == "va_list" for p in f.params):
+            # tested through its variadic twin (mpr_args_vunpack -> mpr_args_unpack)
+            twin = re.sub(r"_v([a-z]+)$", r"_\1", f.name)
+            if twin not in names:
+                fail(f"{f.name} takes a va_list and has no variadic twin to test it through")
+            continue
         ptrs = [p for p in f.params if is_pointer(p.type)]
         for p in ptrs:
             if (f.name, p.name) in SKIP:

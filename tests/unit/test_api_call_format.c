@@ -199,7 +199,7 @@ static void test_unpack_errors_name_the_argument(void **state) {
                  "argument 2: expected a list of 2 items, got 1");
     assert_error(mpr_args_unpack(args, "ls[d]", &a, NULL, &d), MPR_ERR_INVALID_ARG, "output pointer for format item 1");
     assert_error(mpr_args_unpack(NULL, "l", &a), MPR_ERR_INVALID_ARG, "NULL");
-    assert_error(mpr_args_unpack(args, NULL), MPR_ERR_INVALID_ARG, "format is NULL");
+    assert_error(mpr_args_unpack(args, NULL), MPR_ERR_INVALID_ARG, "argument 'fmt' is NULL");
     mpr_value_t *one = mpr_value_new_int(1);
     assert_error(mpr_args_unpack(one, "l", &a), MPR_ERR_TYPE, "arguments: expected a list, got int");
     mpr_value_release(one);
@@ -226,7 +226,7 @@ static void test_bad_formats_are_errors(void **state) {
     assert_null(mpr_value_pack("l|l", (int64_t)1, (int64_t)2));
     assert_error(mpr_last_error_code(), MPR_ERR_INVALID_ARG, "for unpacking only");
     assert_null(mpr_value_pack(NULL));
-    assert_error(mpr_last_error_code(), MPR_ERR_INVALID_ARG, "format is NULL");
+    assert_error(mpr_last_error_code(), MPR_ERR_INVALID_ARG, "argument 'fmt' is NULL");
     char deep[2 * MPR_FORMAT_MAX_DEPTH + 4] = {0};
     for (int k = 0; k <= MPR_FORMAT_MAX_DEPTH; k++) deep[k] = '[', deep[2 * MPR_FORMAT_MAX_DEPTH + 1 - k] = ']';
     assert_null(mpr_value_pack(deep));
