@@ -234,10 +234,12 @@ const char *mpr_future_error_message(const mpr_future_t *f) {
 }
 
 mpr_err_t mpr_future_remote_code(const mpr_future_t *f) {
+    MPRI_ARG_NONNULL(f);
     return mpr_future_done(f) && f->remote ? f->remote->code : MPR_OK;
 }
 
 int mpr_future_error_origin(const mpr_future_t *f) {
+    MPRI_ARG_NONNULL_OR(f, -1);
     return mpr_future_done(f) && f->remote ? f->remote->origin_rank : -1;
 }
 

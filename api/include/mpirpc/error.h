@@ -1,7 +1,12 @@
 /* mpirpc/error.h — the one error enum of mpirpc and the thread-local detail message.
  *
  * Every recoverable failure is a returned mpr_err_t. Functions that return a
- * pointer return NULL on failure and leave the code in mpr_last_error_code().
+ * pointer return NULL on failure and leave the code in mpr_last_error_code()
+ * (never MPR_OK after a NULL: a NULL argument is MPR_ERR_INVALID_ARG with a
+ * detail "<function>: argument '<name>' is NULL"; tensor ops given a NULL
+ * input keep the error an earlier op recorded, see tensor_ops.h). Outputs
+ * (*out, *result, ...) are set to NULL/zero on every failure, never left
+ * stale.
  * Either way, mpr_last_error() gives a human-readable detail for the calling
  * thread (the string is owned by the library and valid until the thread's next
  * failing call). The codes and their names come from one list (MPR_ERROR_LIST)

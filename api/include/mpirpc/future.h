@@ -13,7 +13,17 @@
  *
  * Ownership: mpr_future_create() and mpr_future_then() return new references;
  * release them with mpr_future_release() (NULL is a no-op). A pending future
- * released by everyone is still completed by the runtime and then freed. */
+ * released by everyone is still completed by the runtime and then freed.
+ *
+ * NULL: a NULL future (or other needed pointer) gives MPR_ERR_INVALID_ARG
+ * naming the function and argument; mpr_future_done(NULL) is false and
+ * mpr_future_error_message(NULL) "", both with that error set. *value of
+ * mpr_future_get is NULL on every failure.
+ *
+ * Only futures from mpr_future_create() (and mpr_future_then()) may be
+ * completed by hand: mpr_future_set_result/_error on a future that belongs
+ * to an RPC (mpr_rpc_async, an RRef proxy) return MPR_ERR_STATE, so the real
+ * reply is never silently dropped. */
 #ifndef MPIRPC_FUTURE_H
 #define MPIRPC_FUTURE_H
 
@@ -35,8 +45,9 @@ mpr_future_t *mpr_future_create(void);
 mpr_future_t *mpr_future_retain(mpr_future_t *f);
 void mpr_future_release(mpr_future_t *f);
 
-/* Complete with a value; takes ownership of `value` (NULL means none).
- * MPR_ERR_STATE if already completed (the value is released). */
+/* Complete with a value; takes ownership of `value` (NULL means none; it is
+ * released on every failure). MPR_ERR_STATE if already completed or if `f`
+ * belongs to an RPC (see above). */
 mpr_err_t mpr_future_set_result(mpr_future_t *f, mpr_value_t *value);
 /* Complete with an error; `message` is copied (NULL: the code's text). `code`
  * must not be MPR_OK. MPR_ERR_STATE if already completed. Passing on the
@@ -63,7 +74,8 @@ mpr_err_t mpr_future_error(const mpr_future_t *f);
 const char *mpr_future_error_message(const mpr_future_t *f);
 /* A completed future failed with MPR_ERR_REMOTE: the code the function
  * failed with on its origin worker, and that worker's rank (error.h);
- * otherwise (pending, succeeded, another error, NULL) MPR_OK and -1. */
+ * otherwise (pending, succeeded, another error) MPR_OK and -1; for NULL,
+ * MPR_ERR_INVALID_ARG and -1. */
 mpr_err_t mpr_future_remote_code(const mpr_future_t *f);
 int mpr_future_error_origin(const mpr_future_t *f);
 

@@ -31,7 +31,8 @@
  * with MPR_ERR_TIMEOUT; its late reply is dropped.
  *
  * Ownership: `args` are borrowed by every call (keep or release them
- * afterwards). mpr_rpc_sync's *result is a new reference. mpr_rpc_async
+ * afterwards; NULL means no arguments). mpr_rpc_sync's *result is a new
+ * reference, and NULL after every failure. mpr_rpc_async
  * returns a new future reference (NULL only when out of memory); every error,
  * including a bad destination or a shut-down runtime, completes that future. */
 #ifndef MPIRPC_RPC_H

@@ -8,7 +8,16 @@
  * Ownership: every function returning `mpr_tensor_t *` returns a new reference
  * the caller must mpr_tensor_release(), or NULL with mpr_last_error() set.
  * Functions taking `const mpr_tensor_t *` or `mpr_tensor_t *` borrow it.
- * mpr_tensor_release(NULL) is a no-op. */
+ * mpr_tensor_release(NULL) is a no-op. Getters given NULL set
+ * MPR_ERR_INVALID_ARG and return 0 (ndim, numel, nbytes), NULL (shape,
+ * strides, data), false, -1 (device) or MPR_DTYPE_COUNT (dtype).
+ *
+ * Misuse is detected, not silent: using a tensor after its last release,
+ * releasing it twice, or releasing a reference a scope owns (the result of
+ * an op made while a scope is open, see tensor_ops.h) aborts with
+ * "mpirpc: ... tensor 0x... (float32 [2, 3]) ..." naming the tensor —
+ * reliably in Debug/sanitizer builds (freed tensors are quarantined), best
+ * effort otherwise. */
 #ifndef MPIRPC_TENSOR_H
 #define MPIRPC_TENSOR_H
 

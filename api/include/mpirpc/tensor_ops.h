@@ -6,9 +6,11 @@
  * Every op returns a new tensor reference, or NULL with mpr_last_error() set
  * (MPR_ERR_SHAPE / MPR_ERR_DTYPE / MPR_ERR_INVALID_ARG, with a detail naming
  * the op and the shapes, e.g. "add: shapes [2, 3] and [4] cannot be
- * broadcast"). Every op accepts NULL inputs and then returns NULL WITHOUT
- * touching the error already recorded, so nested expressions are safe and the
- * first failure is the one reported:
+ * broadcast"). Every op accepts NULL inputs and then returns NULL keeping the
+ * error already recorded on the thread, so nested expressions are safe and
+ * the first failure is the one reported; when no error is recorded (the NULL
+ * did not come from a failed op) it records MPR_ERR_INVALID_ARG "mpr_relu:
+ * argument 'a' is NULL", so a NULL result never comes with MPR_OK:
  *     mpr_tensor_t *y = mpr_relu(mpr_linear(x, w, b));   // NULL if any step failed
  * Ops borrow their inputs (they take their own references where they keep one).
  *
@@ -16,8 +18,10 @@
  * calling thread:
  *   - no scope open: the caller owns it and must mpr_tensor_release() it;
  *   - a scope open: the innermost scope owns it; the caller must NOT release
- *     it; it stays valid until that scope ends. mpr_scope_keep(t) gives the
- *     caller its own extra reference that outlives the scope.
+ *     it (doing so aborts with "mpirpc: mpr_tensor_release: tensor ... is
+ *     owned by an open scope"); it stays valid until that scope ends.
+ *     mpr_scope_keep(t) gives the caller its own extra reference that
+ *     outlives the scope (that one the caller releases).
  * This applies to every function in this header and mpirpc/autograd.h that
  * returns `mpr_tensor_t *`, and only to those (mpr_tensor_empty() and the
  * RPC runtime always give the caller the reference; mpr_scope_adopt() hands
