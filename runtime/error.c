@@ -53,7 +53,10 @@ mpr_err_t mpr_error_set(mpr_err_t code, const char *fmt, ...) {
     /* Formatted aside first: the arguments may be mpr_last_error() itself
      * ("...: %s", mpr_last_error()), which vsnprintf must not overwrite. */
     char text[MPR_ERROR_TEXT_MAX];
-    vsnprintf(text, sizeof text, fmt, ap);
+    if (fmt)
+        vsnprintf(text, sizeof text, fmt, ap);
+    else /* no detail given: the code's own text, never a NULL format */
+        snprintf(text, sizeof text, "%s", mpr_strerror(code));
     va_end(ap);
     memcpy(last_detail, text, sizeof text);
     last_code = code;

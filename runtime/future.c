@@ -30,6 +30,7 @@ enum { FUTURE_PENDING = 0, FUTURE_DONE = 1 };
 
 typedef struct callback {
     void (*fn)(mpr_future_t *f, void *arg);
+    void (*drop)(void *arg); /* NULL, or run instead of fn if f dies pending */
     void *arg;
     struct callback *next;
 } callback_t;
@@ -100,6 +101,7 @@ void mpr_future_release(mpr_future_t *f) {
     callback_t *cb = f->callbacks; /* only when never completed */
     while (cb) {
         callback_t *next = cb->next;
+        if (cb->drop) cb->drop(cb->arg);
         free(cb);
         cb = next;
     }
@@ -258,9 +260,15 @@ mpr_value_t *mpri_future_value(const mpr_future_t *f) {
 }
 
 mpr_err_t mpri_future_on_complete(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg), void *arg) {
+    return mpri_future_on_complete_or_drop(f, fn, NULL, arg);
+}
+
+mpr_err_t mpri_future_on_complete_or_drop(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg),
+                                          void (*drop)(void *arg), void *arg) {
     callback_t *cb = malloc(sizeof *cb);
     if (!cb) return mpr_error_set(MPR_ERR_NOMEM, "future: out of memory");
     cb->fn = fn;
+    cb->drop = drop;
     cb->arg = arg;
     pthread_mutex_lock(&f->lock);
     if (atomic_load_explicit(&f->state, memory_order_relaxed) == FUTURE_PENDING) {
@@ -296,6 +304,16 @@ static void run_then(mpr_future_t *parent, void *arg) {
     free(t);
 }
 
+/* The parent was released without ever completing: the callback can never
+ * run, so the child fails instead of staying pending forever. */
+static void drop_then(void *arg) {
+    then_t *t = arg;
+    mpr_future_set_error(t->child, MPR_ERR_STATE,
+                         "mpr_future_then: the parent future was released without ever completing");
+    mpr_future_release(t->child);
+    free(t);
+}
+
 mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data) {
     MPRI_ARG_NONNULL_OR(f, NULL);
     MPRI_ARG_NONNULL_OR(fn, NULL);
@@ -310,7 +328,7 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
     t->child = mpr_future_retain(child);
     t->fn = fn;
     t->user_data = user_data;
-    if (mpri_future_on_complete(f, run_then, t) != MPR_OK) {
+    if (mpri_future_on_complete_or_drop(f, run_then, drop_then, t) != MPR_OK) {
         mpr_future_release(child);
         mpr_future_release(child);
         free(t);

@@ -29,6 +29,10 @@ mpr_value_t *mpri_future_value(const mpr_future_t *f);
 /* Run `fn(f, arg)` once `f` completes (now, in this thread, if it already
  * has; otherwise as mpr_future_then's callbacks run). */
 mpr_err_t mpri_future_on_complete(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg), void *arg);
+/* The same, and when `f` is released for the last time without ever having
+ * completed, `drop(arg)` runs instead of `fn` (so `arg` is never leaked). */
+mpr_err_t mpri_future_on_complete_or_drop(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg),
+                                          void (*drop)(void *arg), void *arg);
 
 /* Hooks the runtime installs (progress.c, at start) so waits drive progress
  * and observe shutdown, and callbacks go to the worker pool: future.c knows

@@ -1,6 +1,6 @@
 /* test_rt_future.c — future semantics without MPI: set_result/set_error,
  * double completion, then-chains (value and error propagation, callbacks on
- * an already completed future), wait with timeout, wait_all; error enum
+ * an already completed future, a parent released pending), wait with timeout, wait_all; error enum
  * names; worker name validation. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -99,6 +99,24 @@ static void *complete_later(void *arg) {
     return NULL;
 }
 
+/* A parent released without ever completing: its then-callback can never
+ * run, so the child fails (not pending forever) and nothing leaks (LSan). */
+static void test_then_on_abandoned_parent(void **state) {
+    int calls = 0;
+    mpr_future_t *parent = mpr_future_create();
+    mpr_future_t *child = mpr_future_then(parent, times_two, &calls);
+    assert_non_null(child);
+    assert_false(mpr_future_done(child));
+    mpr_future_release(parent);
+    assert_true(mpr_future_done(child));
+    mpr_value_t *v = (mpr_value_t *)1;
+    assert_int_equal(mpr_future_get(child, 0, &v), MPR_ERR_STATE);
+    assert_null(v);
+    assert_non_null(strstr(mpr_last_error(), "released without ever completing"));
+    assert_int_equal(calls, 0);
+    mpr_future_release(child);
+}
+
 static void test_wait_timeout_and_wait_all(void **state) {
     mpr_future_t *f = mpr_future_create();
     assert_int_equal(mpr_future_wait(f, 0.01), MPR_ERR_TIMEOUT);
@@ -170,7 +188,7 @@ int main(void) {
         cmocka_unit_test(test_set_result_and_get),  cmocka_unit_test(test_set_error),
         cmocka_unit_test(test_then_chain),          cmocka_unit_test(test_wait_timeout_and_wait_all),
         cmocka_unit_test(test_error_names),         cmocka_unit_test(test_worker_names),
-        cmocka_unit_test(test_api_before_init),
+        cmocka_unit_test(test_api_before_init),     cmocka_unit_test(test_then_on_abandoned_parent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -65,7 +65,8 @@ mpr_err_t mpr_last_error_code(void);
 
 /* Record a failure for the calling thread and return `code`, so a handler or
  * a library function can write `return mpr_error_set(MPR_ERR_..., "...", ...)`.
- * The formatted text is copied (truncated to MPR_ERROR_TEXT_MAX - 1 bytes). */
+ * The formatted text is copied (truncated to MPR_ERROR_TEXT_MAX - 1 bytes);
+ * a NULL `fmt` records the code's own text (mpr_strerror). */
 mpr_err_t mpr_error_set(mpr_err_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Forget the calling thread's last failure. */

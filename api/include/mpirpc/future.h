@@ -85,7 +85,9 @@ int mpr_future_error_origin(const mpr_future_t *f);
 typedef mpr_err_t (*mpr_then_fn_t)(mpr_future_t *parent, void *user_data, mpr_value_t **result);
 
 /* A new future completed with what `fn` returns once `f` completes. If `f` is
- * already complete, `fn` runs now in the calling thread. */
+ * already complete, `fn` runs now in the calling thread. If `f` is released
+ * for the last time without ever completing, `fn` never runs and the child
+ * fails with MPR_ERR_STATE. */
 mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data);
 
 /* Wait for all `n` futures (total timeout). MPR_OK once all completed;

@@ -25,13 +25,18 @@
  * Limits per message (arguments or result): each tensor at most 2 GiB - 1
  * of data, at most 65536 distinct tensors and 64 GiB of tensor data in all;
  * a larger value fails the call with MPR_ERR_INVALID_ARG before it is sent.
+ * Sends are non-blocking: the call keeps a reference to each argument tensor
+ * while MPI may still read it, so releasing one early is safe, but writing
+ * into an argument tensor before the call's future completes races with the
+ * send (the peer may receive old or new data). Wait first, or send a copy.
  *
  * Timeouts: timeout_s < 0 (MPR_TIMEOUT_DEFAULT) uses the default from
  * mpr_init_options_t, 0 means none, > 0 seconds. A call that times out fails
  * with MPR_ERR_TIMEOUT; its late reply is dropped.
  *
- * Ownership: `args` are borrowed by every call (keep or release them
- * afterwards; NULL means no arguments). mpr_rpc_sync's *result is a new
+ * Ownership: `args` are borrowed by every call here (keep or release them
+ * afterwards; NULL means no arguments); the *_take variants and the
+ * format-string calls in mpirpc/rpc_helpers.h own their arguments instead. mpr_rpc_sync's *result is a new
  * reference, and NULL after every failure. mpr_rpc_async
  * returns a new future reference (NULL only when out of memory); every error,
  * including a bad destination or a shut-down runtime, completes that future. */
