@@ -20,7 +20,7 @@
 #include "mpri_call.h"
 #include "mpri_error.h"
 #include "mpri_future.h"
-#include "mpri_rref.h"
+#include "mpri_rref_proto.h"
 
 const mpr_worker_info_t *mpr_call_caller(const mpr_call_ctx_t *ctx) {
     MPRI_ARG_NONNULL_OR(ctx, NULL);

@@ -27,6 +27,7 @@
 #include "mpri_call.h"
 #include "mpri_init.h"
 #include "mpri_rref.h"
+#include "mpri_rref_proto.h"
 #include "mpri_runtime.h"
 
 static mpr_err_t install_object_kind(void) {

@@ -1,4 +1,7 @@
-/* mpri_rref.h — internal state of the RRef layer (not installed).
+/* mpri_rref.h — internal state of the RRef layer (not installed): the
+ * interface of rref_context.c. The protocol (mpri_rref_proto.h, rref_proto.c)
+ * sits above it: it uses this state and is the only part that sends; this
+ * header names nothing of it.
  *
  * Objects (see rref_context.c for the protocol state machine):
  *  - mpri_gid_t: a globally unique id (creator rank, per-rank counter); RRef
@@ -129,24 +132,16 @@ mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork);
 bool mpri_rref_add_fork_wait(mpr_rref_t *user, int parent);
 mpr_rref_t *mpri_rref_take_fork_wait(mpri_gid_t fork, int *parent);
 
-/* ---- rref_proto.c ---- */
-void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork);
-void mpri_rref_send_fork_request(mpr_rref_t *user, int parent);
-void mpri_rref_send_child_accept(int parent, mpri_gid_t fork);
-/* Thread-local recording of the RRefs decoded while handling a request
- * (PyTorch's recordThreadLocalPendingRRefs): end returns NULL if all are
- * ready, else a future (new reference) completing once they are. */
-void mpri_rref_record_begin(void);
-mpr_future_t *mpri_rref_record_end(void);
-void mpri_rref_record_ready_future(mpr_future_t *f);
-/* Bracket an encode of a message's value: if it fails (ok false), the forks
- * its RRefs recorded are undone, since the message will never be sent. */
-void mpri_rref_encode_begin(void);
-void mpri_rref_encode_end(bool ok);
+/* How the context tells an owner that one of its users is gone (G1: last
+ * reference dropped, or the graceful-shutdown sweep). The context sends
+ * nothing itself: the protocol above it (rref_proto.c) registers its sender
+ * once, from mpri_rref_proto_install; a user can exist only after that. */
+typedef void (*mpri_rref_delete_sender_t)(int owner_rank, mpri_gid_t id, mpri_gid_t fork);
+void mpri_rref_set_delete_sender(mpri_rref_delete_sender_t send);
 
 /* ---- installation, in the api layer's ordered init (init.c) ---- */
 void mpri_rref_object_install(void);       /* object value ops (rref_object.c) */
-mpr_err_t mpri_rref_proto_install(void);   /* RRef value ops, control handlers (rref_proto.c) */
 mpr_err_t mpri_rref_context_install(void); /* debug-info and shutdown hooks (rref_context.c) */
+/* (the protocol's install, mpri_rref_proto_install, is in mpri_rref_proto.h) */
 
 #endif

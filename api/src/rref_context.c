@@ -2,6 +2,12 @@
  * their fork sets, handles (owner and user), pending users and children,
  * counters for debug info, and the graceful-shutdown sweep.
  *
+ * Layering: this file keeps state and sends nothing. The protocol
+ * (rref_proto.c) sits above it: it drives the transitions below from the
+ * messages it handles and is the only part that sends. The one message the
+ * context itself must cause, USER_DELETE when a user is deleted, goes through
+ * the sender the protocol registers at install (mpri_rref_set_delete_sender).
+ *
  * Protocol state machine (PyTorch rref.rst semantics; messages in rref_proto.c):
  *
  * Owner record (on the owner), per RRef id:
@@ -73,6 +79,10 @@ mpri_rref_ctx_t mpri_rref_ctx = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static atomic_uint_fast64_t gid_counter;
 
+/* Registered once by rref_proto.c in the api layer's ordered init, before any
+ * user can exist; read without the lock afterwards. */
+static mpri_rref_delete_sender_t delete_sender;
+
 #define OWNER_BUCKETS 4096
 #define CHILD_BUCKETS 1024
 #define QUARANTINE 1024
@@ -116,6 +126,17 @@ mpr_err_t mpri_gid_read(mpri_reader_t *r, mpri_gid_t *g) {
     if (!e && (int64_t)g->rank >= mpri_rt.size)
         e = mpr_error_set(MPR_ERR_DECODE, "RRef id names rank %u (world size %d)", g->rank, mpri_rt.size);
     return e;
+}
+
+void mpri_rref_set_delete_sender(mpri_rref_delete_sender_t send) {
+    MPRI_ASSERT(send && (!delete_sender || delete_sender == send), "the RRef delete sender is registered once");
+    delete_sender = send;
+}
+
+/* Tell the owner that user `r` (now deleted, lock not held) is gone (G1). */
+static void send_user_delete(const mpr_rref_t *r) {
+    MPRI_ASSERT(delete_sender, "a user RRef exists before the RRef protocol was installed (mpri_api_init)");
+    delete_sender(r->owner_rank, r->id, r->fork);
 }
 
 /* ---- deferred releases (destructors are user code: never on the progress thread) ---- */
@@ -463,7 +484,7 @@ void mpr_rref_release(mpr_rref_t *r) {
     }
     user_check_locked(r);
     pthread_mutex_unlock(&CTX.lock);
-    if (send && runtime_alive()) mpri_rref_send_user_delete(r->owner_rank, r->id, r->fork);
+    if (send && runtime_alive()) send_user_delete(r);
     handle_free(r);
 }
 
@@ -490,7 +511,7 @@ static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *
     r->delete_due = false;
     user_check_locked(r);
     pthread_mutex_unlock(&CTX.lock);
-    if (send_delete) mpri_rref_send_user_delete(r->owner_rank, r->id, r->fork);
+    if (send_delete) send_user_delete(r);
     mpri_future_complete(r->ready, MPR_OK, NULL, NULL);
     mpr_rref_release(r); /* the pending state's reference */
     return true;
@@ -614,7 +635,7 @@ static void rref_on_quiescent(void) {
         }
         pthread_mutex_unlock(&CTX.lock);
         if (!victim) break;
-        if (send) mpri_rref_send_user_delete(victim->owner_rank, victim->id, victim->fork);
+        if (send) send_user_delete(victim);
     }
 }
 

@@ -20,6 +20,11 @@
  * sends CHILD_ACCEPT to its parent. Every control message is answered or
  * consumed inline: none of them ever waits for, or occupies, a pool thread.
  *
+ * Layering: this file sits above the RRef context (rref_context.c, which
+ * keeps the owner records, handles and their states) and is the only part of
+ * the RRef layer that sends. The context reaches back only through the
+ * USER_DELETE sender registered here at install (mpri_rref_set_delete_sender).
+ *
  * Invariants: the control handlers (fetch, fork request, user delete, child
  * accept) run on the progress thread and never block: a fetch of a value not
  * yet created parks the request on the value future; every handled message
@@ -34,6 +39,7 @@
 
 #include "mpri_future.h"
 #include "mpri_rref.h"
+#include "mpri_rref_proto.h"
 #include "mpri_runtime.h"
 #include "mpri_value.h"
 
@@ -59,7 +65,7 @@ static mpr_err_t send_control(int dst, int kind, mpri_gid_t id, mpri_gid_t fork)
     return mpri_send(dst, &m);
 }
 
-void mpri_rref_send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork) {
+static void send_user_delete(int owner_rank, mpri_gid_t id, mpri_gid_t fork) {
     if (!runtime_alive() || mpri_peer_gone(owner_rank)) return; /* no owner left to tell */
     atomic_fetch_add(&CTX.unacked_ctrl_msgs, 1);
     if (send_control(owner_rank, MPRI_MSG_RREF_USER_DELETE, id, fork) != MPR_OK) {
@@ -420,6 +426,7 @@ static void handle_fetch(mpri_msg_t *msg) {
 }
 
 mpr_err_t mpri_rref_proto_install(void) {
+    mpri_rref_set_delete_sender(send_user_delete);
     mpri_value_set_opaque_ops(MPR_VALUE_RREF, &rref_ops);
     mpr_err_t e;
     if ((e = mpri_set_handler(MPRI_MSG_RREF_FETCH, handle_fetch, true)) ||
