@@ -24,3 +24,6 @@ foreach(scenario_np observers:3 late_fork:2 stress:4)
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIRPC_MPIEXEC_FLAGS} -n ${np} $<TARGET_FILE:test_shutdown_rrefs> ${scenario})
   set_tests_properties(test_shutdown_rrefs_${scenario}_np${np} PROPERTIES TIMEOUT 60)
 endforeach()
+# A user RRef swept by graceful shutdown while still PENDING (test_shutdown_pending_sweep.c).
+mpirpc_mpi_test(test_shutdown_pending_sweep 3 test_shutdown_pending_sweep.c)
+set_tests_properties(test_shutdown_pending_sweep_np3 PROPERTIES TIMEOUT 60)
