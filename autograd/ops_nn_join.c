@@ -6,15 +6,30 @@
  * in one pass instead of one full-size zero-padded gradient per slice — what
  * an RNN stepping through a projected sequence needs).
  *
- * Invariants: cat checks every input against the first (dtype, ndim, sizes
- * outside dim) and names the offending input and both shapes; the result is a
- * new contiguous tensor; split/chunk results share the input's storage.
+ * Copies go through the strided copy of the tensors' device backend
+ * (kernels/mpri_kernels.h), so cat, stack and unbind work on any device.
+ *
+ * Invariants: cat checks every input against the first (one device, dtype,
+ * ndim, sizes outside dim) and names the offending input and both shapes; the
+ * result is a new contiguous tensor on that device; split/chunk/unbind
+ * results share the input's storage.
  * Composite functions run inside a private scope and only their results
  * escape it, so they follow the ownership rule of every op. */
 #include <stdlib.h>
 
 #include "mpri_args.h"
 #include "mpri_nn_ops.h"
+
+/* dst[r, 0:width] = src[r, 0:width] for r < rows, the rows dst_pitch and
+ * src_pitch elements apart, through the backend of `device` (its strided
+ * copy: a memcpy per row, or one, on the CPU; exact bytes for any dtype). */
+static mpr_err_t copy_rows(const char *op, int device, mpr_dtype_t dt, void *dst, int64_t dst_pitch, const void *src,
+                           int64_t src_pitch, int64_t rows, int64_t width) {
+    const mpri_backend_t *B = mpri_backend_for(op, device);
+    if (!B) return mpr_last_error_code();
+    int64_t shape[2] = {rows, width}, sd[2] = {dst_pitch, 1}, ss[2] = {src_pitch, 1};
+    return B->copy ? B->copy(device, 2, shape, dt, dst, sd, dt, src, ss) : mpri_backend_missing(op, B, "copy");
+}
 
 /* ------------------------------------------------------------------- cat
  * State: mpri_ctx_dim_t. The inputs' sizes along dim are in node->in_meta. */
@@ -32,13 +47,13 @@ static mpr_err_t cat_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
         const mpri_tensor_meta_t *m = &n->in_meta[i];
         int64_t w = m->shape[d] * inner;
         if (mpri_node_needs_grad(n, i)) {
-            mpr_tensor_t *g = mpr_tensor_empty(m->dtype, m->ndim, m->shape);
-            if (!g) {
-                err = mpr_last_error_code();
+            mpr_tensor_t *g = mpri_empty_on(m->device, m->dtype, m->ndim, m->shape);
+            if (!g || (err = copy_rows(n->def->name, m->device, m->dtype, mpr_tensor_data(g), w,
+                                       (char *)mpr_tensor_data(gy) + (size_t)off * esz, pitch, outer, w)) != MPR_OK) {
+                mpr_tensor_release(g);
+                err = err ? err : mpr_last_error_code();
                 break;
             }
-            mpri_copy_rows(mpr_tensor_data(g), w, (char *)mpr_tensor_data(gy) + (size_t)off * esz,
-                           pitch, outer, w, esz);
             gin[i] = mpri_result(g);
         }
         off += w;
@@ -66,9 +81,9 @@ mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
     }
     if (mpri_norm_dim(op, dim, x0->ndim, &d) != MPR_OK) return NULL;
     int64_t total = 0;
+    if (!mpri_backend_of(op, n, xs)) return NULL; /* one device for all */
     for (int i = 0; i < n; i++) {
         mpr_tensor_t *x = xs[i];
-        if (mpri_nn_check_cpu(op, x) != MPR_OK) return NULL;
         if (x->dtype != x0->dtype) {
             mpr_error_set(MPR_ERR_DTYPE, "cat: input %d has dtype %s, input 0 has %s", i,
                           mpr_dtype_name(x->dtype), mpr_dtype_name(x0->dtype));
@@ -88,7 +103,8 @@ mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
     int64_t oshape[MPR_MAX_DIMS];
     for (int j = 0; j < x0->ndim; j++) oshape[j] = x0->shape[j];
     oshape[d] = total;
-    mpr_tensor_t *y = mpr_tensor_empty(x0->dtype, x0->ndim, oshape);
+    int dev = x0->storage->device;
+    mpr_tensor_t *y = mpri_empty_on(dev, x0->dtype, x0->ndim, oshape);
     if (!y) return NULL;
     int64_t outer, inner;
     mpri_nn_split_dims(x0->ndim, oshape, d, &outer, &inner);
@@ -96,13 +112,13 @@ mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
     int64_t pitch = total * inner, off = 0;
     for (int i = 0; i < n; i++) {
         mpr_tensor_t *xc = mpr_tensor_contiguous(xs[i]);
-        if (!xc) {
+        int64_t w = xs[i]->shape[d] * inner;
+        if (!xc || copy_rows(op, dev, x0->dtype, (char *)mpr_tensor_data(y) + (size_t)off * esz, pitch,
+                             mpr_tensor_data(xc), w, outer, w) != MPR_OK) {
+            mpr_tensor_release(xc);
             mpr_tensor_release(y);
             return NULL;
         }
-        int64_t w = xs[i]->shape[d] * inner;
-        mpri_copy_rows((char *)mpr_tensor_data(y) + (size_t)off * esz, pitch, mpr_tensor_data(xc),
-                       w, outer, w, esz);
         mpr_tensor_release(xc);
         off += w;
     }
@@ -228,18 +244,18 @@ static mpr_err_t unbind_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     int d = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     int64_t outer, inner;
     mpri_nn_split_dims(m->ndim, m->shape, d, &outer, &inner);
-    mpr_tensor_t *g = mpr_tensor_empty(m->dtype, m->ndim, m->shape);
+    mpr_tensor_t *g = mpri_empty_on(m->device, m->dtype, m->ndim, m->shape);
     if (!g) return mpr_last_error_code();
     size_t esz = mpr_dtype_size(m->dtype);
     int64_t len = m->shape[d];
     for (int64_t k = 0; k < len; k++) {
         mpr_tensor_t *gk = mpr_tensor_contiguous(gout[k]);
-        if (!gk) {
+        if (!gk || copy_rows(n->def->name, m->device, m->dtype, (char *)mpr_tensor_data(g) + (size_t)(k * inner) * esz,
+                             len * inner, mpr_tensor_data(gk), inner, outer, inner) != MPR_OK) {
+            mpr_tensor_release(gk);
             mpr_tensor_release(g);
             return mpr_last_error_code();
         }
-        mpri_copy_rows((char *)mpr_tensor_data(g) + (size_t)(k * inner) * esz, len * inner,
-                       mpr_tensor_data(gk), inner, outer, inner, esz);
         mpr_tensor_release(gk);
     }
     gin[0] = mpri_result(g);
@@ -262,7 +278,6 @@ mpr_err_t mpr_unbind(mpr_tensor_t *x, int dim, mpr_tensor_t **out, int cap, int 
     int d;
     mpr_err_t e = mpri_norm_dim("unbind", dim, x->ndim, &d);
     if (e != MPR_OK) return e;
-    if ((e = mpri_nn_check_cpu("unbind", x)) != MPR_OK) return e;
     int64_t len = x->shape[d];
     if (len > cap)
         return mpr_error_set(MPR_ERR_INVALID_ARG,

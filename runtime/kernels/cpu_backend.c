@@ -1,11 +1,9 @@
 /* cpu_backend.c — the backend table of the CPU kernels (elementwise, copies,
- * reductions, GEMM, and the nn kernels of mpri_nn_kernels.h picked by dtype),
- * the registry of the device backend (CUDA) that serves devices >= 0, storage
- * allocation and host/device transfers through a backend.
+ * reductions, GEMM, and the nn kernels of mpri_nn_kernels.h picked by dtype).
+ * The registry that picks a backend per device is backend.c.
  *
- * Invariants: the CPU backend is always present and never changes and its
- * entries never fail; at most one device backend is registered (read without
- * a lock, so it must be registered before tensors are created on a device). */
+ * Invariants: the CPU backend is always present and never changes; its
+ * entries fail only on allocation (cpu_alloc), never on data. */
 #include <stdlib.h>
 
 #include <string.h>
@@ -149,6 +147,15 @@ static mpr_err_t cpu_lstm_cell_bwd(int dev, mpr_dtype_t dt, const void *act, con
     return MPR_OK;
 }
 
+static mpr_err_t cpu_im2col(int dev, mpr_dtype_t dt, const mpri_conv2d_geom_t *g, const void *x, void *col) {
+    CPU_BY_DTYPE(dt, mpri_im2col, x, g->C, g->H, g->W, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow, col);
+    return MPR_OK;
+}
+static mpr_err_t cpu_col2im(int dev, mpr_dtype_t dt, const mpri_conv2d_geom_t *g, const void *col, void *gx) {
+    CPU_BY_DTYPE(dt, mpri_col2im, col, g->C, g->H, g->W, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, g->oh, g->ow, gx);
+    return MPR_OK;
+}
+
 const mpri_backend_t mpri_cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -179,58 +186,6 @@ const mpri_backend_t mpri_cpu_backend = {
     .max_pool2d_bwd = cpu_max_pool2d_bwd,
     .lstm_cell_fwd = cpu_lstm_cell_fwd,
     .lstm_cell_bwd = cpu_lstm_cell_bwd,
+    .im2col = cpu_im2col,
+    .col2im = cpu_col2im,
 };
-
-static const mpri_backend_t *device_backend;
-
-void mpri_backend_register(const mpri_backend_t *cuda) { device_backend = cuda; }
-
-const mpri_backend_t *mpri_backend_for(const char *op, int device) {
-    if (device < 0) return &mpri_cpu_backend;
-    if (!device_backend) {
-        mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: tensor on cuda:%d but this build has no CUDA backend", op, device);
-        return NULL;
-    }
-    return device_backend;
-}
-
-mpr_err_t mpri_backend_transfer(const char *op, void *dst, int dst_device, const void *src, int src_device,
-                                size_t nbytes) {
-    const mpri_backend_t *b = mpri_backend_for(op, dst_device >= 0 ? dst_device : src_device);
-    if (!b) return mpr_last_error_code();
-    if (!b->transfer) return mpri_backend_missing(op, b, "transfer");
-    return b->transfer(dst, dst_device, src, src_device, nbytes);
-}
-
-mpr_err_t mpri_backend_missing(const char *op, const mpri_backend_t *b, const char *kernel) {
-    return mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: the %s backend has no %s kernel", op, b->name, kernel);
-}
-
-mpri_storage_t *mpri_backend_storage(const char *op, int device, size_t nbytes) {
-    if (device < 0) {
-        mpri_storage_t *s = mpri_storage_create(nbytes);
-        if (!s) mpr_error_set(MPR_ERR_NOMEM, "%s: cannot allocate %zu bytes", op, nbytes);
-        return s;
-    }
-    const mpri_backend_t *b = mpri_backend_for(op, device);
-    if (!b) return NULL;
-    if (!b->alloc || !b->free) {
-        mpri_backend_missing(op, b, "alloc");
-        return NULL;
-    }
-    mpri_storage_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", op);
-        return NULL;
-    }
-    if (b->alloc(device, nbytes, &s->data) != MPR_OK) {
-        free(s);
-        return NULL;
-    }
-    s->nbytes = nbytes;
-    s->device = device;
-    s->free_data = b->free;
-    atomic_init(&s->refcount, 1);
-    atomic_init(&s->version, 0);
-    return s;
-}

@@ -1,6 +1,7 @@
-/* cpu_conv.c — CPU kernels for 2-D convolution by im2col + GEMM (the GEMMs
- * themselves are cblas calls made by autograd/ops_conv.c) and for 2-D max
- * pooling with saved argmax, f32 and f64.
+/* cpu_conv.c — CPU kernels for 2-D convolution by im2col + GEMM (im2col and
+ * its adjoint col2im; the GEMMs are the backend's gemm, called by
+ * autograd/ops_nn_conv.c) and for 2-D max pooling with saved argmax, f32 and
+ * f64.
  *
  * Invariants: im2col writes every element of its column buffer (zeros where
  * the window hangs over the padding) and col2im is its exact adjoint

@@ -101,15 +101,22 @@ void mpri_blas_init(void);
  * its table (one indirect call per op, never per element). Every entry takes
  * the device first and returns MPR_OK or an error with detail (device errors
  * are recoverable). The CPU table is built in; a CUDA build registers its
- * table with mpri_backend_register() — the signatures are exactly those of
+ * table with mpri_backend_register() from mpri_kernels_init — the signatures are exactly those of
  * mpri_cuda_malloc / mpri_cuda_free / mpri_cuda_k_* in kernels/cuda/mpri_cuda.h,
  * so the table is just those function names. Entries may be NULL where a
  * backend has no kernel: the op then fails with MPR_ERR_UNSUPPORTED naming it.
- * The nn entries (softmax, losses, index/gather, max pooling, LSTM cell) take
+ * The nn entries (softmax, losses, index/gather, max pooling, LSTM cell,
+ * im2col/col2im) take
  * raw contiguous buffers on `device`
  * with the contracts of the _f32/_f64 kernels of the same name in
  * mpri_nn_kernels.h, dtype MPR_F32 or MPR_F64; losses return their value
  * (and counted rows) through host pointers. */
+/* Per-image geometry of a 2-D convolution: input [C, H, W], kernel kh x kw,
+ * stride sh, sw, zero padding ph, pw, output oh x ow. */
+typedef struct mpri_conv2d_geom {
+    int64_t C, H, W, kh, kw, sh, sw, ph, pw, oh, ow;
+} mpri_conv2d_geom_t;
+
 typedef struct mpri_backend {
     const char *name;
     mpr_err_t (*alloc)(int device, size_t nbytes, void **out); /* *out NULL allowed for nbytes 0 */
@@ -175,14 +182,28 @@ typedef struct mpri_backend {
     /* gc_prev may be NULL */
     mpr_err_t (*lstm_cell_bwd)(int device, mpr_dtype_t dt, const void *act, const void *c_prev, const void *c,
                                const void *gh, const void *gc, int64_t B, int64_t H, void *ggates, void *gc_prev);
+    /* conv2d by im2col + GEMM, one image at a time: x, gx: [C, H, W];
+     * col: [C*kh*kw, oh*ow]. im2col overwrites col (zeros where the window
+     * covers padding); col2im is its adjoint and accumulates into gx. */
+    mpr_err_t (*im2col)(int device, mpr_dtype_t dt, const mpri_conv2d_geom_t *g, const void *x, void *col);
+    mpr_err_t (*col2im)(int device, mpr_dtype_t dt, const mpri_conv2d_geom_t *g, const void *col, void *gx);
 } mpri_backend_t;
 
 /* The built-in CPU backend (device -1). */
 extern const mpri_backend_t mpri_cpu_backend;
-/* Install the backend serving every device >= 0 (one CUDA backend); NULL removes it. */
-void mpri_backend_register(const mpri_backend_t *cuda);
+/* Install the backend serving every device >= 0 (one CUDA backend); NULL
+ * removes it. MPR_ERR_INVALID_ARG if the table lacks name, alloc, free or
+ * transfer. `b` is borrowed and must outlive its use. */
+mpr_err_t mpri_backend_register(const mpri_backend_t *b);
+/* The kernels layer's ordered init (backend.c): registers the device backend
+ * of this build. Runs once; later calls return the first run's result. Run by
+ * the first lookup of a device >= 0 (mpri_backend_for). */
+mpr_err_t mpri_kernels_init(void);
+/* Registers the CUDA backend in a CUDA build (cuda/cuda_backend.c); MPR_OK
+ * and nothing registered in others. A step of mpri_kernels_init. */
+mpr_err_t mpri_cuda_backend_install(void);
 /* Backend for `device`, or NULL with MPR_ERR_UNSUPPORTED naming `op` when no
- * backend serves that device. */
+ * backend serves that device (or the error of a failed mpri_kernels_init). */
 const mpri_backend_t *mpri_backend_for(const char *op, int device);
 /* New storage of nbytes on `device` through its backend (refcount 1, version
  * 0, freed through the backend). NULL with an error naming `op` on failure. */

@@ -1,15 +1,13 @@
 /* mpri_nn_kernels.h — CPU kernels behind the nn ops (softmax family, losses,
- * index/gather/embedding, concatenation, im2col convolution, max pooling,
- * the fused LSTM cell).
+ * index/gather/embedding, im2col convolution, max pooling, the fused LSTM
+ * cell). Concatenation needs none: cat uses the backends' strided copy.
  *
  * Every kernel is a pure function on raw, contiguous, row-major buffers; the
  * autograd layer (autograd/ops_*.c) checks shapes and dtypes, makes inputs
  * contiguous and allocates outputs before calling them — through the CPU
- * backend table (cpu_backend.c picks the flavour by dtype) for softmax, the
- * losses, index/gather, max pooling and the LSTM cell; conv2d (im2col/col2im
- * on private scratch) and cat (mpri_copy_rows) still call theirs directly. Each kernel exists in
- * an f32 and an f64 flavour (suffix _f32/_f64) generated from one body, and
- * forward/backward come in pairs. Unless a comment says "accumulates", a
+ * backend table (cpu_backend.c picks the flavour by dtype), never directly.
+ * Each kernel exists in an f32 and an f64 flavour (suffix _f32/_f64)
+ * generated from one body, and forward/backward come in pairs. Unless a comment says "accumulates", a
  * kernel overwrites its output. Index arguments are int64 and must already be
  * validated (in range) by the caller — kernels do not bounds-check them.
  *
@@ -90,11 +88,5 @@
 
 MPRI_NN_KERNEL_DECLS(float, f32)
 MPRI_NN_KERNEL_DECLS(double, f64)
-
-/* Copies `rows` rows of `width` elements of element size `esz` from src (row
- * pitch src_pitch elements) to dst (row pitch dst_pitch elements). Used by
- * cat (forward) and its backward (slicing the gradient). Any dtype. */
-void mpri_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
-                    int64_t rows, int64_t width, size_t esz);
 
 #endif

@@ -5,13 +5,16 @@
  * the device; mixing devices is refused naming both; host-only functions
  * (item, copy_to_buffer, rand fills) refuse device tensors instead of
  * touching device memory; without a registered backend device tensors are
- * refused with a message. */
+ * refused with a message. First, the kernels layer's init registers the
+ * build's own device backend (CUDA or none) and refuses an incomplete table. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 #include <cmocka.h>
 
+#include "mpirpc/cuda.h"
+#include "mpirpc/nn_functional.h"
 #include "mpri_autograd.h"
 
 static int calls;
@@ -52,14 +55,36 @@ static mpr_tensor_t *on_device(mpr_tensor_t *cpu) {
     return mpr_scope_adopt(d);
 }
 
-/* A CUDA build registers its backend at load time: keep it aside while the
- * tests swap in none / the fake one, and put it back at the end. */
+/* The first device lookup runs the kernels layer's init, which registers the
+ * CUDA backend in a CUDA build and nothing otherwise; an incomplete device
+ * table is refused and leaves the registered one in place. */
+static void test_kernels_init(void **state) {
+    const mpri_backend_t *b = mpri_backend_for("test", 0);
+    assert_int_equal(mpri_kernels_init(), MPR_OK);
+    if (mpr_cuda_is_built()) {
+        assert_non_null(b);
+        assert_string_equal(b->name, "cuda");
+    } else {
+        assert_null(b);
+        assert_int_equal(mpr_last_error_code(), MPR_ERR_UNSUPPORTED);
+    }
+    mpri_backend_t bad = mpri_cpu_backend;
+    bad.name = "no-transfer";
+    bad.transfer = NULL;
+    assert_int_equal(mpri_backend_register(&bad), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "no-transfer"));
+    mpr_error_clear();
+    assert_ptr_equal(mpri_backend_for("test", 0), b);
+}
+
+/* The build's own backend (see above) is kept aside while the tests swap in
+ * none / the fake one, and put back at the end. */
 static const mpri_backend_t *saved_backend;
 
 static void test_no_backend(void **state) {
     saved_backend = mpri_backend_for("test", 0); /* NULL when none is registered */
     mpr_error_clear();
-    mpri_backend_register(NULL);
+    assert_int_equal(mpri_backend_register(NULL), MPR_OK);
     assert_null(mpri_empty_on(0, MPR_F32, MPR_SHAPE(2)));
     assert_int_equal(mpr_last_error_code(), MPR_ERR_UNSUPPORTED);
     assert_non_null(strstr(mpr_last_error(), "cuda:0"));
@@ -67,7 +92,7 @@ static void test_no_backend(void **state) {
 
 static void test_dispatch(void **state) {
     init_fake();
-    mpri_backend_register(&fake);
+    assert_int_equal(mpri_backend_register(&fake), MPR_OK);
     mpr_scope_begin();
     mpr_generator_t *g = mpr_generator_create(5);
     mpr_tensor_t *xc = mpr_randn(MPR_F64, MPR_SHAPE(4, 3), g), *wc = mpr_randn(MPR_F64, MPR_SHAPE(2, 3), g);
@@ -120,13 +145,73 @@ static void test_dispatch(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live);
     mpr_generator_destroy(g);
     mpr_scope_end();
-    mpri_backend_register(saved_backend);
+    assert_int_equal(mpri_backend_register(saved_backend), MPR_OK);
+}
+
+/* Bitwise equal data of a device-0 tensor of the fake backend (host memory)
+ * and its CPU twin. */
+static void assert_same(mpr_tensor_t *dev, mpr_tensor_t *cpu) {
+    assert_non_null(dev);
+    assert_non_null(cpu);
+    assert_int_equal(mpr_tensor_device(dev), 0);
+    assert_int_equal(mpr_tensor_nbytes(dev), mpr_tensor_nbytes(cpu));
+    assert_int_equal(memcmp(mpr_tensor_data(dev), mpr_tensor_data(cpu), mpr_tensor_nbytes(cpu)), 0);
+}
+
+/* conv2d and cat run on a device through its backend (im2col, col2im, gemm,
+ * copy, sum_into) and give the CPU numbers, forward and backward; mixing
+ * devices is refused; a backend without im2col refuses conv2d naming the
+ * kernel, except for a 1x1 stride-1 unpadded kernel, which needs none. */
+static void test_dispatch_conv_cat(void **state) {
+    init_fake();
+    assert_int_equal(mpri_backend_register(&fake), MPR_OK);
+    mpr_scope_begin();
+    mpr_generator_t *g = mpr_generator_create(7);
+    mpr_tensor_t *xc = mpr_randn(MPR_F64, MPR_SHAPE(2, 3, 5, 4), g);
+    mpr_tensor_t *wc = mpr_randn(MPR_F64, MPR_SHAPE(4, 3, 3, 2), g);
+    mpr_tensor_t *bc = mpr_randn(MPR_F64, MPR_SHAPE(4), g);
+    mpr_tensor_t *x = on_device(xc), *w = on_device(wc), *b = on_device(bc);
+    mpr_tensor_t *all[] = {x, w, b, xc, wc, bc};
+    for (int i = 0; i < 6; i++) mpr_set_requires_grad(all[i], true);
+    calls = 0;
+    mpr_tensor_t *y = mpr_conv2d(x, w, b, 2, 1, 1, 1), *yc = mpr_conv2d(xc, wc, bc, 2, 1, 1, 1);
+    assert_true(calls >= 1000); /* the GEMMs went through the device backend */
+    assert_same(y, yc);
+    assert_int_equal(mpr_backward(mpr_sum(mpr_tanh(y)), NULL, false), MPR_OK);
+    assert_int_equal(mpr_backward(mpr_sum(mpr_tanh(yc)), NULL, false), MPR_OK);
+    assert_same(mpr_tensor_grad(x), mpr_tensor_grad(xc));
+    assert_same(mpr_tensor_grad(w), mpr_tensor_grad(wc));
+    assert_same(mpr_tensor_grad(b), mpr_tensor_grad(bc));
+    /* cat along dim 1 and its backward */
+    mpr_tensor_t *zc = mpr_randn(MPR_F64, MPR_SHAPE(2, 1, 5, 4), g), *z = on_device(zc);
+    mpr_set_requires_grad(z, true);
+    mpr_set_requires_grad(zc, true);
+    mpr_tensor_t *cd = mpr_cat((mpr_tensor_t *[]){z, x}, 2, 1), *cc = mpr_cat((mpr_tensor_t *[]){zc, xc}, 2, 1);
+    assert_same(cd, cc);
+    assert_int_equal(mpr_backward(mpr_sum(mpr_mul(cd, cd)), NULL, false), MPR_OK);
+    assert_int_equal(mpr_backward(mpr_sum(mpr_mul(cc, cc)), NULL, false), MPR_OK);
+    assert_same(mpr_tensor_grad(z), mpr_tensor_grad(zc));
+    assert_null(mpr_cat((mpr_tensor_t *[]){z, xc}, 2, 1));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "cuda:0"));
+    /* a backend without im2col */
+    fake.im2col = NULL;
+    assert_null(mpr_conv2d(x, w, b, 1, 1, 0, 0));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mpr_last_error(), "im2col"));
+    mpr_tensor_t *w1c = mpr_randn(MPR_F64, MPR_SHAPE(4, 3, 1, 1), g), *w1 = on_device(w1c);
+    assert_same(mpr_conv2d(x, w1, b, 1, 1, 0, 0), mpr_conv2d(xc, w1c, bc, 1, 1, 0, 0));
+    mpr_generator_destroy(g);
+    mpr_scope_end();
+    assert_int_equal(mpri_backend_register(saved_backend), MPR_OK);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_init),
         cmocka_unit_test(test_no_backend),
         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_dispatch_conv_cat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,15 +1,16 @@
 /* cuda_backend.c — the CUDA backend table (mpri_backend_t of mpri_kernels.h)
- * over the functions of kernels/cuda/mpri_cuda.h, registered when the library
- * is loaded so tensors on cuda:N reach cuBLAS and the CUDA kernels; and the
- * public device queries of mpirpc/cuda.h (built?, device count, synchronize).
+ * over the functions of kernels/cuda/mpri_cuda.h, and its install step
+ * (mpri_cuda_backend_install), which the kernels layer's ordered init
+ * (backend.c, mpri_kernels_init) runs so tensors on cuda:N reach cuBLAS and
+ * the CUDA kernels; and the public device queries of mpirpc/cuda.h (built?,
+ * device count, synchronize).
  *
  * Compiled into every build (runtime/kernels/ is globbed). This is the one C
- * file that tests MPIRPC_HAVE_CUDA: with it, the table is registered; without
- * it, no device backend exists and the queries answer "not built" (ops then
- * refuse cuda:N tensors through mpri_backend_for). Registration happens in a
- * constructor, before any tensor can exist, because the registry is read
- * without a lock; it does not touch the CUDA driver (a machine without a GPU
- * pays nothing). */
+ * file that tests MPIRPC_HAVE_CUDA: with it, the install step registers the
+ * table; without it, the step registers nothing, no device backend exists
+ * and the queries answer "not built" (ops then refuse cuda:N tensors through
+ * mpri_backend_for). Installing does not touch the CUDA driver (a machine
+ * without a GPU pays nothing). */
 #include "kernels/mpri_kernels.h"
 #include "mpirpc/cuda.h"
 
@@ -40,7 +41,7 @@ static const mpri_backend_t cuda_backend = {
     .mse_loss_bwd = mpri_cuda_mse_loss_bwd,
 };
 
-__attribute__((constructor)) static void register_cuda_backend(void) { mpri_backend_register(&cuda_backend); }
+mpr_err_t mpri_cuda_backend_install(void) { return mpri_backend_register(&cuda_backend); }
 
 bool mpr_cuda_is_built(void) { return true; }
 
@@ -53,6 +54,8 @@ mpr_err_t mpr_cuda_synchronize(int device) {
     return mpri_cuda_synchronize(device);
 }
 #else
+mpr_err_t mpri_cuda_backend_install(void) { return MPR_OK; /* no device backend in this build */ }
+
 bool mpr_cuda_is_built(void) { return false; }
 
 int mpr_cuda_device_count(void) { return 0; }

@@ -12,7 +12,8 @@
  * error string (device errors are recoverable failures, not asserts).
  *
  * Dispatch: runtime/kernels/cuda/cuda_backend.c puts these functions in an
- * mpri_backend_t table (mpri_kernels.h) and registers it at load time; ops
+ * mpri_backend_t table (mpri_kernels.h), registered by the kernels layer's
+ * ordered init (mpri_kernels_init, backend.c); ops
  * reach them through mpri_backend_for(device), never by name (the nn kernels
  * and mpri_cuda_memcpy included). */
 #ifndef MPRI_CUDA_H
