@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "mpri_args.h"
+#include "mpri_assert.h"
 #include "mpri_nn_ops.h"
 
 /* Checks input [N, C] / target [N] (or input [C] / target 0-d), same device. */
@@ -58,23 +59,32 @@ typedef struct mpri_ctx_class_loss {
     int64_t count;        /* rows with another target: the mean's divisor */
 } mpri_ctx_class_loss_t;
 
-/* ------------------------------------------------------------- nll_loss */
+/* ---- shared by nll_loss and cross_entropy ---- */
 
-static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
-    const mpri_ctx_class_loss_t *st = MPRI_NODE_STATE(n, mpri_ctx_class_loss_t);
-    mpr_tensor_t *t = mpri_node_saved(n, 0);
-    if (!t) return mpr_last_error_code();
+/* The kernel writing dL/dx ([N, C], overwritten) of a class loss from its
+ * node's saved tensors, the state and the upstream scalar g. */
+typedef mpr_err_t (*class_grad_kernel_t)(const mpri_backend_t *B, int dev, mpr_dtype_t dt, mpr_tensor_t *const *saved,
+                                         int64_t N, int64_t C, const mpri_ctx_class_loss_t *st, double g, void *gx);
+
+/* Backward of a class loss whose node saved `nsaved` tensors (at most 3):
+ * gx like input 0, on its device, filled by `kernel`. */
+static mpr_err_t class_loss_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin, int nsaved,
+                                     class_grad_kernel_t kernel) {
+    mpr_tensor_t *saved[3];
+    MPRI_ASSERT(nsaved <= 3, "a class loss saves at most 3 tensors");
+    bool ok = true;
+    for (int i = 0; i < nsaved; i++) ok &= (saved[i] = mpri_node_saved(n, i)) != NULL;
+    if (!ok) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     double g;
     if (mpri_nn_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
     const mpri_tensor_meta_t *m = &n->in_meta[0];
     int64_t N = m->ndim == 2 ? m->shape[0] : 1, C = m->shape[m->ndim - 1];
-    int dev = mpri_nn_dev(t);
-    mpr_tensor_t *gx = mpri_empty_on(dev, m->dtype, m->ndim, m->shape);
+    mpr_tensor_t *gx = mpri_empty_on(m->device, m->dtype, m->ndim, m->shape);
     if (!gx) return mpr_last_error_code();
-    const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
-    mpr_err_t e = B ? MPRI_BK(B, nll_loss_bwd, dev, m->dtype, mpr_tensor_data(t), N, C, st->ignore_index,
-                              st->count, g, mpr_tensor_data(gx))
+    const mpri_backend_t *B = mpri_backend_for(n->def->name, m->device);
+    mpr_err_t e = B ? kernel(B, m->device, m->dtype, saved, N, C, MPRI_NODE_STATE(n, mpri_ctx_class_loss_t), g,
+                             mpr_tensor_data(gx))
                     : mpr_last_error_code();
     if (e != MPR_OK) {
         mpr_tensor_release(gx);
@@ -82,6 +92,28 @@ static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     }
     gin[0] = mpri_result(gx);
     return MPR_OK;
+}
+
+/* Forward tail: the loss `out` (NULL after a failure passes through) gets a
+ * node of `def` on input x with the state and the `saved` tensors. */
+static void record_class_loss(const mpri_op_def_t *def, mpr_tensor_t *x, mpr_tensor_t *out, int64_t ignore_index,
+                              int64_t count, int nsaved, mpr_tensor_t *const *saved) {
+    mpri_node_t *n = out ? mpri_record(def, 1, &x, out) : NULL;
+    if (!n) return;
+    *MPRI_NODE_STATE(n, mpri_ctx_class_loss_t) = (mpri_ctx_class_loss_t){.ignore_index = ignore_index, .count = count};
+    for (int i = 0; i < nsaved; i++) mpri_node_save(n, saved[i]);
+}
+
+/* ------------------------------------------------------------- nll_loss
+ * Saved: the contiguous target. */
+
+static mpr_err_t nll_grad(const mpri_backend_t *B, int dev, mpr_dtype_t dt, mpr_tensor_t *const *saved, int64_t N,
+                          int64_t C, const mpri_ctx_class_loss_t *st, double g, void *gx) {
+    return MPRI_BK(B, nll_loss_bwd, dev, dt, mpr_tensor_data(saved[0]), N, C, st->ignore_index, st->count, g, gx);
+}
+
+static mpr_err_t nll_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
+    return class_loss_backward(n, gout, gin, 1, nll_grad);
 }
 
 static const mpri_op_def_t nll_def = {.name = "nll_loss", .backward = nll_backward, MPRI_OP_STATE(mpri_ctx_class_loss_t)};
@@ -105,14 +137,7 @@ mpr_tensor_t *mpr_nll_loss_ex(mpr_tensor_t *logp, mpr_tensor_t *target, int64_t 
     }
     if (e == MPR_OK) out = mpri_nn_scalar_on(dev, logp->dtype, loss);
     mpr_tensor_release(xc);
-    if (out) {
-        mpri_node_t *n = mpri_record(&nll_def, 1, &logp, out);
-        if (n) {
-            *MPRI_NODE_STATE(n, mpri_ctx_class_loss_t) =
-                (mpri_ctx_class_loss_t){.ignore_index = ignore_index, .count = count};
-            mpri_node_save(n, tc);
-        }
-    }
+    record_class_loss(&nll_def, logp, out, ignore_index, count, 1, &tc);
     mpr_tensor_release(tc);
     return mpri_result(out);
 }
@@ -123,30 +148,17 @@ mpr_tensor_t *mpr_nll_loss(mpr_tensor_t *logp, mpr_tensor_t *target) {
     return mpr_nll_loss_ex(logp, target, MPR_IGNORE_INDEX_DEFAULT);
 }
 
-/* -------------------------------------------------------- cross_entropy */
+/* -------------------------------------------------------- cross_entropy
+ * Saved: the contiguous logits, the contiguous target, the per-row lse. */
+
+static mpr_err_t ce_grad(const mpri_backend_t *B, int dev, mpr_dtype_t dt, mpr_tensor_t *const *saved, int64_t N,
+                         int64_t C, const mpri_ctx_class_loss_t *st, double g, void *gx) {
+    return MPRI_BK(B, cross_entropy_bwd, dev, dt, mpr_tensor_data(saved[0]), mpr_tensor_data(saved[1]),
+                   mpr_tensor_data(saved[2]), N, C, st->ignore_index, st->count, g, gx);
+}
 
 static mpr_err_t ce_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
-    const mpri_ctx_class_loss_t *st = MPRI_NODE_STATE(n, mpri_ctx_class_loss_t);
-    mpr_tensor_t *x = mpri_node_saved(n, 0), *t = mpri_node_saved(n, 1),
-                 *lse = mpri_node_saved(n, 2);
-    if (!x || !t || !lse) return mpr_last_error_code();
-    if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
-    double g;
-    if (mpri_nn_item(gout[0], &g) != MPR_OK) return mpr_last_error_code();
-    int64_t N = x->ndim == 2 ? x->shape[0] : 1, C = x->shape[x->ndim - 1];
-    int dev = mpri_nn_dev(x);
-    mpr_tensor_t *gx = mpri_empty_on(dev, x->dtype, x->ndim, x->shape);
-    if (!gx) return mpr_last_error_code();
-    const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
-    mpr_err_t e = B ? MPRI_BK(B, cross_entropy_bwd, dev, x->dtype, mpr_tensor_data(x), mpr_tensor_data(t),
-                              mpr_tensor_data(lse), N, C, st->ignore_index, st->count, g, mpr_tensor_data(gx))
-                    : mpr_last_error_code();
-    if (e != MPR_OK) {
-        mpr_tensor_release(gx);
-        return e;
-    }
-    gin[0] = mpri_result(gx);
-    return MPR_OK;
+    return class_loss_backward(n, gout, gin, 3, ce_grad);
 }
 
 static const mpri_op_def_t ce_def = {.name = "cross_entropy", .backward = ce_backward, MPRI_OP_STATE(mpri_ctx_class_loss_t)};
@@ -172,18 +184,9 @@ mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
                     ignore_index, mpr_tensor_data(lse), &loss, &count);
     }
     if (e == MPR_OK) out = mpri_nn_scalar_on(dev, logits->dtype, loss);
-    if (out) {
-        mpri_node_t *n = mpri_record(&ce_def, 1, &logits, out);
-        if (n) {
-            *MPRI_NODE_STATE(n, mpri_ctx_class_loss_t) =
-                (mpri_ctx_class_loss_t){.ignore_index = ignore_index, .count = count};
-            /* The contiguous logits: when `logits` was already contiguous this is
-             * the same storage, so in-place changes are detected by version. */
-            mpri_node_save(n, xc);
-            mpri_node_save(n, tc);
-            mpri_node_save(n, lse);
-        }
-    }
+    /* The contiguous logits: when `logits` was already contiguous this is the
+     * same storage, so in-place changes are detected by version. */
+    record_class_loss(&ce_def, logits, out, ignore_index, count, 3, (mpr_tensor_t *[]){xc, tc, lse});
     mpr_tensor_release(xc);
     mpr_tensor_release(tc);
     mpr_tensor_release(lse);

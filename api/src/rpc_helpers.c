@@ -63,19 +63,32 @@ mpr_err_t mpr_rpc_sync_take(mpr_dest_t to, const char *fn, mpr_value_t *args, do
     return e;
 }
 
+/* The argument list of a format call (`who`, the function the user called,
+ * names it in errors): fmt checked, the items packed from `ap`, fn checked.
+ * NULL with the error set on failure; the packed items (stolen references
+ * included) are released when fn is NULL. */
+static mpr_value_t *format_call_args(const char *who, const char *fn, const char *fmt, va_list ap) {
+    if (!fmt) {
+        mpri_null_arg(who, "fmt");
+        return NULL;
+    }
+    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    if (args && !fn) {
+        mpr_value_release(args); /* releases the stolen items too */
+        mpri_null_arg(who, "fn");
+        return NULL;
+    }
+    return args;
+}
+
 mpr_err_t mpr_call_sync(mpr_dest_t to, const char *fn, double timeout_s, mpr_value_t **result, const char *fmt,
                         ...) {
     if (result) *result = NULL;
-    MPRI_ARG_NONNULL(fmt);
     va_list ap;
     va_start(ap, fmt);
-    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    mpr_value_t *args = format_call_args(__func__, fn, fmt, ap);
     va_end(ap);
     if (!args) return mpr_last_error_code();
-    if (!fn) {
-        mpr_value_release(args); /* releases the stolen items too */
-        return mpri_null_arg(__func__, "fn");
-    }
     mpr_value_t *r = NULL;
     mpr_err_t e = mpr_rpc_sync(to, fn, args, timeout_s, &r);
     mpr_value_release(args);
@@ -87,16 +100,11 @@ mpr_err_t mpr_call_sync(mpr_dest_t to, const char *fn, double timeout_s, mpr_val
 }
 
 mpr_future_t *mpr_call_async(mpr_dest_t to, const char *fn, double timeout_s, const char *fmt, ...) {
-    if (!fmt) return failed_future(mpri_null_arg(__func__, "fmt"));
     va_list ap;
     va_start(ap, fmt);
-    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    mpr_value_t *args = format_call_args(__func__, fn, fmt, ap);
     va_end(ap);
     if (!args) return failed_future(mpr_last_error_code());
-    if (!fn) {
-        mpr_value_release(args);
-        return failed_future(mpri_null_arg(__func__, "fn"));
-    }
     return mpr_rpc_async_take(to, fn, args, timeout_s);
 }
 
@@ -152,15 +160,10 @@ mpr_err_t mpr_rpc_oneway_take(mpr_dest_t to, const char *fn, mpr_value_t *args) 
 }
 
 mpr_err_t mpr_call_oneway(mpr_dest_t to, const char *fn, const char *fmt, ...) {
-    MPRI_ARG_NONNULL(fmt);
     va_list ap;
     va_start(ap, fmt);
-    mpr_value_t *args = mpr_args_vpack(fmt, ap);
+    mpr_value_t *args = format_call_args(__func__, fn, fmt, ap);
     va_end(ap);
     if (!args) return mpr_last_error_code();
-    if (!fn) {
-        mpr_value_release(args);
-        return mpri_null_arg(__func__, "fn");
-    }
     return mpr_rpc_oneway_take(to, fn, args);
 }

@@ -71,6 +71,24 @@ static char *dup_str(const char *s) {
     return c;
 }
 
+/* Room for one more entry in two parallel arrays *a, *b (element sizes ea,
+ * eb) holding `count` entries with capacity *cap: doubles it (`first` the
+ * first time). Each pointer is updated as soon as its realloc succeeds, so
+ * the caller stores both back even when this fails (out of memory: false,
+ * *cap unchanged, no entry lost). */
+static bool grow_pair(void **a, size_t ea, void **b, size_t eb, size_t count, size_t *cap, size_t first) {
+    if (count < *cap) return true;
+    size_t n = *cap ? *cap * 2 : first;
+    void *na = realloc(*a, n * ea);
+    if (!na) return false;
+    *a = na;
+    void *nb = realloc(*b, n * eb);
+    if (!nb) return false;
+    *b = nb;
+    *cap = n;
+    return true;
+}
+
 mpr_err_t mpr_tensor_dict_set(mpr_tensor_dict_t *d, const char *name, mpr_tensor_t *t) {
     MPRI_ARG_NONNULL(d);
     MPRI_ARG_NONNULL(name);
@@ -86,15 +104,11 @@ mpr_err_t mpr_tensor_dict_set(mpr_tensor_dict_t *d, const char *name, mpr_tensor
             d->tensors[i] = t;
             return MPR_OK;
         }
-    if (d->count == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        char **names = realloc(d->names, cap * sizeof *names);
-        if (names) d->names = names;
-        mpr_tensor_t **ts = names ? realloc(d->tensors, cap * sizeof *ts) : NULL;
-        if (ts) d->tensors = ts;
-        if (!names || !ts) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set: out of memory");
-        d->cap = cap;
-    }
+    void *names = d->names, *ts = d->tensors;
+    bool room = grow_pair(&names, sizeof *d->names, &ts, sizeof *d->tensors, d->count, &d->cap, 8);
+    d->names = names;
+    d->tensors = ts;
+    if (!room) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set: out of memory");
     char *copy = dup_str(name);
     if (!copy) return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set: out of memory");
     d->names[d->count] = copy;
@@ -144,17 +158,14 @@ mpr_err_t mpr_tensor_dict_set_meta(mpr_tensor_dict_t *d, const char *key, const 
             d->meta_values[i] = v;
             return MPR_OK;
         }
-    if (d->meta_count == d->meta_cap) {
-        size_t cap = d->meta_cap ? d->meta_cap * 2 : 4;
-        char **k = realloc(d->meta_keys, cap * sizeof *k);
-        if (k) d->meta_keys = k;
-        char **vs = k ? realloc(d->meta_values, cap * sizeof *vs) : NULL;
-        if (vs) d->meta_values = vs;
-        if (!k || !vs) {
-            free(v);
-            return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set_meta: out of memory");
-        }
-        d->meta_cap = cap;
+    void *keys = d->meta_keys, *values = d->meta_values;
+    bool room =
+        grow_pair(&keys, sizeof *d->meta_keys, &values, sizeof *d->meta_values, d->meta_count, &d->meta_cap, 4);
+    d->meta_keys = keys;
+    d->meta_values = values;
+    if (!room) {
+        free(v);
+        return mpr_error_set(MPR_ERR_NOMEM, "tensor_dict_set_meta: out of memory");
     }
     char *k = dup_str(key);
     if (!k) {

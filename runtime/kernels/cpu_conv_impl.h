@@ -1,5 +1,5 @@
 /* cpu_conv_impl.h — typed body of im2col/col2im and max_pool2d, included by
- * cpu_conv.c once per dtype with KT and KN(name) defined. */
+ * cpu_conv.c once per dtype (cpu_dtypes.h) with KT and KN(name) defined. */
 
 void KN(mpri_im2col)(const KT *x, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,
                      int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow,

@@ -10,12 +10,5 @@
 
 #include "kernels/mpri_nn_kernels.h"
 
-#define KT float
-#define KN(name) name##_f32
-#include "cpu_index_impl.h"
-#undef KT
-#undef KN
-
-#define KT double
-#define KN(name) name##_f64
-#include "cpu_index_impl.h"
+#define MPRI_KERNEL_BODY "cpu_index_impl.h"
+#include "cpu_dtypes.h"

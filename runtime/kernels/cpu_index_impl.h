@@ -1,5 +1,5 @@
 /* cpu_index_impl.h — typed body of the index_select / gather kernels, included
- * by cpu_index.c once per dtype with KT and KN(name) defined. */
+ * by cpu_index.c once per dtype (cpu_dtypes.h) with KT and KN(name) defined. */
 
 void KN(mpri_index_select_fwd)(const KT *x, const int64_t *idx, KT *y, int64_t outer, int64_t n,
                                int64_t k, int64_t inner) {

@@ -1,5 +1,5 @@
 /* cpu_loss_impl.h — typed body of the loss kernels (nll, cross entropy, mse),
- * included by cpu_loss.c once per dtype with KT, KN(name), KEXP, KLOG defined. */
+ * included by cpu_loss.c once per dtype (cpu_dtypes.h) with KT, KN(name), KEXP, KLOG defined. */
 
 double KN(mpri_nll_loss_fwd)(const KT *logp, const int64_t *target, int64_t N, int64_t C,
                              int64_t ignore_index, int64_t *count) {

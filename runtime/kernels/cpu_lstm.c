@@ -10,18 +10,5 @@
 
 #include "kernels/mpri_nn_kernels.h"
 
-#define KT float
-#define KN(name) name##_f32
-#define KEXP expf
-#define KTANH tanhf
-#include "cpu_lstm_impl.h"
-#undef KT
-#undef KN
-#undef KEXP
-#undef KTANH
-
-#define KT double
-#define KN(name) name##_f64
-#define KEXP exp
-#define KTANH tanh
-#include "cpu_lstm_impl.h"
+#define MPRI_KERNEL_BODY "cpu_lstm_impl.h"
+#include "cpu_dtypes.h"

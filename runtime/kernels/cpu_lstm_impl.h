@@ -1,5 +1,5 @@
 /* cpu_lstm_impl.h — typed body of the fused LSTM cell kernels, included by
- * cpu_lstm.c once per dtype with KT, KN(name), KEXP, KTANH defined. */
+ * cpu_lstm.c once per dtype (cpu_dtypes.h) with KT, KN(name), KEXP, KTANH defined. */
 
 void KN(mpri_lstm_cell_fwd)(const KT *gates, const KT *c_prev, int64_t B, int64_t H, KT *act,
                             KT *h, KT *c) {

@@ -9,18 +9,5 @@
 
 #include "kernels/mpri_nn_kernels.h"
 
-#define KT float
-#define KN(name) name##_f32
-#define KEXP expf
-#define KLOG logf
-#include "cpu_softmax_impl.h"
-#undef KT
-#undef KN
-#undef KEXP
-#undef KLOG
-
-#define KT double
-#define KN(name) name##_f64
-#define KEXP exp
-#define KLOG log
-#include "cpu_softmax_impl.h"
+#define MPRI_KERNEL_BODY "cpu_softmax_impl.h"
+#include "cpu_dtypes.h"

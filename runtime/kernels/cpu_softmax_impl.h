@@ -1,5 +1,5 @@
 /* cpu_softmax_impl.h — typed body of the softmax/log_softmax kernels, included
- * by cpu_softmax.c once per dtype with KT (element type), KN(name) (suffixing)
+ * by cpu_softmax.c once per dtype (cpu_dtypes.h) with KT (element type), KN(name) (suffixing)
  * and KEXP/KLOG (exp/log of that type) defined. Not a public header. */
 
 void KN(mpri_softmax_fwd)(const KT *x, KT *y, int64_t outer, int64_t n, int64_t inner,

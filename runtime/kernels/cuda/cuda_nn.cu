@@ -167,28 +167,35 @@ template <typename F> static mpr_err_t with_accum(const char *what, accum *host,
     return MPR_OK;
 }
 
-extern "C" mpr_err_t mpri_cuda_cross_entropy_fwd(int device, mpr_dtype_t dt, const void *x, const int64_t *target,
-                                                 int64_t N, int64_t C, int64_t ignore_index, void *lse, double *loss,
-                                                 int64_t *count) {
-    const char *what = "cuda cross_entropy";
+// Shared body of the class losses' forward: check the dtype, run `launch(acc)`
+// over the N rows with a zeroed accumulator, and turn its (sum, count) into
+// the mean loss (0 when no row counts).
+template <typename F>
+static mpr_err_t class_loss_fwd(const char *what, int device, mpr_dtype_t dt, int64_t N, double *loss,
+                                int64_t *count, F launch) {
     if (dt != MPR_F32 && dt != MPR_F64)
         return mpr_error_set(MPR_ERR_DTYPE, "%s: dtype %s", what, mpr_dtype_name(dt));
     MPRI_CUDA_SET_DEVICE(device, what);
     accum h = {0, 0};
     if (N > 0) {
-        unsigned b = mpri_cuda_blocks(N, THREADS);
-        mpr_err_t rc = with_accum(what, &h, [&](accum *acc) {
-            if (dt == MPR_F32)
-                ce_fwd_kernel<float><<<b, THREADS>>>((const float *)x, target, N, C, ignore_index, (float *)lse, acc);
-            else
-                ce_fwd_kernel<double><<<b, THREADS>>>((const double *)x, target, N, C, ignore_index, (double *)lse,
-                                                      acc);
-        });
+        mpr_err_t rc = with_accum(what, &h, launch);
         if (rc != MPR_OK) return rc;
     }
     *count = (int64_t)h.count;
     *loss = h.count ? h.sum / (double)h.count : 0.0;
     return MPR_OK;
+}
+
+extern "C" mpr_err_t mpri_cuda_cross_entropy_fwd(int device, mpr_dtype_t dt, const void *x, const int64_t *target,
+                                                 int64_t N, int64_t C, int64_t ignore_index, void *lse, double *loss,
+                                                 int64_t *count) {
+    unsigned b = mpri_cuda_blocks(N, THREADS);
+    return class_loss_fwd("cuda cross_entropy", device, dt, N, loss, count, [&](accum *acc) {
+        if (dt == MPR_F32)
+            ce_fwd_kernel<float><<<b, THREADS>>>((const float *)x, target, N, C, ignore_index, (float *)lse, acc);
+        else
+            ce_fwd_kernel<double><<<b, THREADS>>>((const double *)x, target, N, C, ignore_index, (double *)lse, acc);
+    });
 }
 
 extern "C" mpr_err_t mpri_cuda_cross_entropy_bwd(int device, mpr_dtype_t dt, const void *x, const int64_t *target,
@@ -230,24 +237,13 @@ __global__ void nll_bwd_kernel(const int64_t *target, int64_t N, int64_t C, int6
 extern "C" mpr_err_t mpri_cuda_nll_loss_fwd(int device, mpr_dtype_t dt, const void *logp, const int64_t *target,
                                             int64_t N, int64_t C, int64_t ignore_index, double *loss,
                                             int64_t *count) {
-    const char *what = "cuda nll_loss";
-    if (dt != MPR_F32 && dt != MPR_F64)
-        return mpr_error_set(MPR_ERR_DTYPE, "%s: dtype %s", what, mpr_dtype_name(dt));
-    MPRI_CUDA_SET_DEVICE(device, what);
-    accum h = {0, 0};
-    if (N > 0) {
-        unsigned b = mpri_cuda_blocks(N, THREADS);
-        mpr_err_t rc = with_accum(what, &h, [&](accum *acc) {
-            if (dt == MPR_F32)
-                nll_fwd_kernel<float><<<b, THREADS>>>((const float *)logp, target, N, C, ignore_index, acc);
-            else
-                nll_fwd_kernel<double><<<b, THREADS>>>((const double *)logp, target, N, C, ignore_index, acc);
-        });
-        if (rc != MPR_OK) return rc;
-    }
-    *count = (int64_t)h.count;
-    *loss = h.count ? h.sum / (double)h.count : 0.0;
-    return MPR_OK;
+    unsigned b = mpri_cuda_blocks(N, THREADS);
+    return class_loss_fwd("cuda nll_loss", device, dt, N, loss, count, [&](accum *acc) {
+        if (dt == MPR_F32)
+            nll_fwd_kernel<float><<<b, THREADS>>>((const float *)logp, target, N, C, ignore_index, acc);
+        else
+            nll_fwd_kernel<double><<<b, THREADS>>>((const double *)logp, target, N, C, ignore_index, acc);
+    });
 }
 
 extern "C" mpr_err_t mpri_cuda_nll_loss_bwd(int device, mpr_dtype_t dt, const int64_t *target, int64_t N, int64_t C,
