@@ -42,7 +42,7 @@ static mpr_err_t conv_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_te
          need_b = n->n_next > 2 && mpri_node_needs_grad(n, 2);
     const mpri_backend_t *B = mpri_backend_for(n->def->name, dev);
     if (!B) return mpr_last_error_code();
-    mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
+    mpr_tensor_t *gy = mpri_contiguous_raw(gout[0]);
     if (!gy) return mpr_last_error_code();
     g.oh = gy->shape[2];
     g.ow = gy->shape[3];
@@ -178,8 +178,8 @@ mpr_tensor_t *mpr_conv2d(mpr_tensor_t *x, mpr_tensor_t *weight, mpr_tensor_t *bi
     mpr_dtype_t dt = x->dtype;
     int dev = mpri_nn_dev(x);
     int64_t ckk = g.C * g.kh * g.kw, hw = g.oh * g.ow;
-    mpr_tensor_t *xc = mpr_tensor_contiguous(x), *wc = mpr_tensor_contiguous(weight);
-    mpr_tensor_t *bc = bias ? mpr_tensor_contiguous(bias) : NULL;
+    mpr_tensor_t *xc = mpri_contiguous_raw(x), *wc = mpri_contiguous_raw(weight);
+    mpr_tensor_t *bc = bias ? mpri_contiguous_raw(bias) : NULL;
     mpr_tensor_t *y = mpri_empty_on(dev, dt, 4, (int64_t[]){N, OC, g.oh, g.ow});
     mpr_tensor_t *col = geom_is_identity(&g) ? NULL : mpri_empty_on(dev, dt, 2, (int64_t[]){ckk, hw});
     bool ok = xc && wc && (!bias || bc) && y && (geom_is_identity(&g) || col) &&

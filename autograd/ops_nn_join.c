@@ -36,7 +36,7 @@ static mpr_err_t copy_rows(const char *op, int device, mpr_dtype_t dt, void *dst
 
 static mpr_err_t cat_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     int d = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
-    mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
+    mpr_tensor_t *gy = mpri_contiguous_raw(gout[0]);
     if (!gy) return mpr_last_error_code();
     int64_t outer, inner;
     mpri_nn_split_dims(gy->ndim, gy->shape, d, &outer, &inner);
@@ -111,7 +111,7 @@ mpr_tensor_t *mpr_cat(mpr_tensor_t *const *xs, int n, int dim) {
     size_t esz = mpr_dtype_size(x0->dtype);
     int64_t pitch = total * inner, off = 0;
     for (int i = 0; i < n; i++) {
-        mpr_tensor_t *xc = mpr_tensor_contiguous(xs[i]);
+        mpr_tensor_t *xc = mpri_contiguous_raw(xs[i]);
         int64_t w = xs[i]->shape[d] * inner;
         if (!xc || copy_rows(op, dev, x0->dtype, (char *)mpr_tensor_data(y) + (size_t)off * esz, pitch,
                              mpr_tensor_data(xc), w, outer, w) != MPR_OK) {
@@ -249,7 +249,7 @@ static mpr_err_t unbind_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     size_t esz = mpr_dtype_size(m->dtype);
     int64_t len = m->shape[d];
     for (int64_t k = 0; k < len; k++) {
-        mpr_tensor_t *gk = mpr_tensor_contiguous(gout[k]);
+        mpr_tensor_t *gk = mpri_contiguous_raw(gout[k]);
         if (!gk || copy_rows(n->def->name, m->device, m->dtype, (char *)mpr_tensor_data(g) + (size_t)(k * inner) * esz,
                              len * inner, mpr_tensor_data(gk), inner, outer, inner) != MPR_OK) {
             mpr_tensor_release(gk);

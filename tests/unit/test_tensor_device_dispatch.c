@@ -191,6 +191,11 @@ static void test_dispatch_conv_cat(void **state) {
     assert_int_equal(mpr_backward(mpr_sum(mpr_mul(cd, cd)), NULL, false), MPR_OK);
     assert_int_equal(mpr_backward(mpr_sum(mpr_mul(cc, cc)), NULL, false), MPR_OK);
     assert_same(mpr_tensor_grad(z), mpr_tensor_grad(zc));
+    /* a strided device input is packed on its device */
+    mpr_tensor_t *vc = mpr_randn(MPR_F64, MPR_SHAPE(2, 2, 4, 5), g), *v = mpr_transpose(on_device(vc), 2, 3);
+    assert_same(mpr_cat((mpr_tensor_t *[]){x, v}, 2, 1), mpr_cat((mpr_tensor_t *[]){xc, mpr_transpose(vc, 2, 3)}, 2, 1));
+    assert_same(mpr_conv2d(v, mpr_narrow(w, 1, 0, 2), NULL, 1, 1, 1, 1),
+                mpr_conv2d(mpr_transpose(vc, 2, 3), mpr_narrow(wc, 1, 0, 2), NULL, 1, 1, 1, 1));
     assert_null(mpr_cat((mpr_tensor_t *[]){z, xc}, 2, 1));
     assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
     assert_non_null(strstr(mpr_last_error(), "cuda:0"));
