@@ -1,7 +1,8 @@
 /* mpri_optim.h — internal layout shared by the local optimizers (the .c
  * files of optim/), not installed: a vtable per algorithm and common fields.
  *
- * The generic layer (optimizer.c) owns the parameter references, validates
+ * The generic layer (optimizer.c) owns the parameter references (contiguous
+ * CPU float tensors, checked by mpri_optimizer_new), validates
  * gradients (shape, dtype, contiguity) and calls the algorithm's step with
  * one contiguous gradient per parameter (NULL = skip that parameter); the
  * algorithm updates parameters in place and bumps their storage version. */

@@ -1,9 +1,12 @@
 /* optimizer.c — the algorithm-independent part of local optimizers:
  * parameter references, gradient collection and validation, zero_grad,
- * learning rate, destruction.
+ * learning rate, destruction. mpr_optimizer_step uses each parameter's
+ * .grad; mpr_optimizer_step_grads takes the gradients explicitly (e.g. from
+ * a distributed autograd context); a NULL gradient skips its parameter.
  *
- * Invariants: an optimizer holds one reference to each parameter for its
- * whole life; step() runs with grad mode off (restored afterwards) and hands
+ * Invariants: parameters are contiguous CPU float tensors (checked at
+ * creation); an optimizer holds one reference to each parameter for its
+ * whole life; step runs with grad mode off (restored afterwards) and hands
  * the algorithm only gradients that match their parameter's shape and dtype
  * and are contiguous; a failed validation changes no parameter. */
 #include <stdlib.h>

@@ -9,7 +9,9 @@
  * old parameter before the parameter moves), followed by a version bump of
  * the parameter (mpri_bump_version, what every in-place op does); momentum
  * buffers are created on a parameter's first step with a gradient and are
- * owned by the optimizer. */
+ * owned by the optimizer. Parameters are updated one after the other: if a
+ * momentum buffer cannot be allocated, the step fails with the parameters
+ * before it already updated. */
 #include <cblas.h>
 #include <limits.h>
 #include <stdlib.h>

@@ -1,8 +1,14 @@
 /* buf.c — growable encode buffer and bounds-checked decode reader.
  *
- * Invariants: a writer that fails to grow sets `failed` and ignores further
- * appends (the encoder checks once at the end); a reader never advances past
- * `left` and reports truncation as MPR_ERR_DECODE with the field size. */
+ * Numbers are copied in the host's byte order (the ranks of a job share one
+ * architecture); a blob is a u32 length and its bytes. The buffer doubles
+ * from 256 bytes; mpri_buf_steal hands its memory to the caller.
+ *
+ * Invariants: a writer that fails to grow (or is given a blob over 4 GiB)
+ * sets `failed` and ignores further appends (the encoder checks once at the
+ * end); a reader never advances past `left` and reports truncation as
+ * MPR_ERR_DECODE with the field size; mpri_read_blob returns a pointer into
+ * the reader's buffer (no copy), valid as long as that buffer. */
 #include "mpri_buf.h"
 
 #include <stdlib.h>

@@ -1,9 +1,15 @@
-/* host_alloc.c — aligned CPU allocations with a cache of large freed blocks.
+/* host_alloc.c — 64-byte-aligned CPU allocations with a cache of large
+ * freed blocks (at least 1 MiB), so repeated large tensors skip the
+ * allocator's mmap/munmap round trip.
+ *
+ * The cache has 8 slots and a byte budget (MPIRPC_HOST_CACHE_MB, default
+ * 512, read once); one mutex guards it; mpri_host_cache_trim empties it.
  *
  * Invariants: a cached block is owned by the cache alone until handed out;
- * blocks are matched by their rounded size (64 B below 1 MiB, 64 KiB above),
- * which both alloc and free compute from the caller's `nbytes`; the cache
- * never holds more than its byte budget. */
+ * blocks are matched by their rounded size (a multiple of 64 B below 1 MiB,
+ * of 64 KiB from 1 MiB), which both alloc and free compute from the
+ * caller's `nbytes`, so free must be given the nbytes of the alloc; the
+ * cache never holds more than its byte budget. */
 #include "mpri_host_alloc.h"
 
 #include <pthread.h>

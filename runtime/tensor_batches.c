@@ -1,8 +1,16 @@
-/* tensor_batches.c — the batch plan of a message's tensors and posting one
- * batch as one MPI message (see mpri_tensor_batches.h).
+/* tensor_batches.c — the batch plan of a message's tensors, its scratch,
+ * and posting one batch as one non-blocking MPI message (see
+ * mpri_tensor_batches.h).
  *
- * Invariant: the plan depends only on the tensors' byte sizes, which the
- * receiver knows from the descriptors, so both sides agree on it. */
+ * A batch of one tensor is its storage as plain bytes; a batch of several
+ * small ones is an hindexed datatype over their storages, freed right after
+ * posting (MPI keeps it alive for the pending request). Scratch for up to
+ * MPRI_BATCH_SCRATCH_INLINE tensors lives in the caller's struct.
+ *
+ * Invariants: the plan depends only on the tensors' byte sizes, which the
+ * receiver knows from the descriptors, so both sides agree on it; tensor
+ * data is never copied by this code; MPI errors are returned as MPI codes
+ * for the caller to report. */
 #include "mpri_tensor_batches.h"
 
 #include <stdlib.h>

@@ -1,15 +1,34 @@
-/* value_codec.c — encoding and bounds-checked decoding of values.
+/* value_codec.c — encoding and bounds-checked decoding of values, and of
+ * the descriptors of the tensors they name.
  *
- * Wire form of a value: one kind byte, then
- *   none: nothing; bool: u8; int: i64; double: f64;
- *   string/bytes: u32 length + bytes; tensor: u32 index into the tensor list;
+ * Wire form of a value (host byte order; mpri_buf_t): one kind byte, then
+ *   none: nothing; bool: u8 (0 or 1); int: i64; double: f64;
+ *   string/bytes: u32 length + bytes (a string has no NUL byte);
+ *   tensor: u32 index into the message's tensor list;
  *   worker: i32 rank + u32 length + name; list: u32 count + items;
- *   rref/object: whatever the kind's registered hooks write.
+ *   rref/object: whatever the kind's registered opaque hooks write (an object
+ *   without an encode hook cannot be sent).
+ * Tensor descriptors (mpri_tensor_descs_encode/_decode), one per list entry:
+ * u8 dtype, u8 ndim, ndim i64 sizes; the data travels separately
+ * (mpri_tensor_batches.h).
+ *
+ * Encoding: the tensor list de-duplicates by object (a linear scan up to 16
+ * entries, then a pointer hash index), so the same tensor named twice is sent
+ * once and decoded as one shared tensor; it holds a contiguous version of
+ * each (a copy only when the tensor is not contiguous) and refuses device
+ * tensors, tensors over MPRI_MAX_TENSOR_BYTES, more than
+ * MPRI_MAX_TENSORS_PER_MESSAGE tensors and more than
+ * MPRI_MAX_MESSAGE_TENSOR_BYTES in all. mpri_value_encode brackets the walk
+ * with the RRef kind's encode_begin/encode_end hooks, so a failed encode
+ * undoes the forks its RRefs recorded; a failed buffer growth is reported
+ * once at the end as MPR_ERR_NOMEM.
+ *
  * Invariants: decoding never reads past the buffer, never recurses deeper
  * than MPRI_MAX_VALUE_DEPTH, never allocates more list slots than bytes
- * remain, and rejects unknown kinds and out-of-range tensor indices; on any
- * failure everything decoded so far is released. The same tensor object
- * named twice in a value is sent once and decoded as one shared tensor. */
+ * remain, and rejects unknown kinds and out-of-range tensor indices;
+ * descriptors are all validated (and their total checked against the
+ * message limit) before any tensor storage is allocated; on any failure
+ * everything decoded so far is released. */
 #include "mpri_codec.h"
 
 #include <stdlib.h>

@@ -1,8 +1,12 @@
-/* wire.c — header validation, message kind names and the name hash.
+/* wire.c — header validation, message kind names (from the one kind list,
+ * MPRI_MSG_KIND_LIST in mpri_wire.h) and the name hash (64-bit FNV-1a of a
+ * function's name: every rank computes the same id with no exchange).
  *
- * Invariant: a header that passes mpri_wire_header_read() has a known kind,
- * our magic and version, and a body that fits inside the received bytes; the
- * tensor descriptors are whatever follows the body (checked by their decoder). */
+ * Invariant: a header that passes mpri_wire_header_read() has our magic and
+ * version, a known kind, a body that fits inside the received bytes, at most
+ * MPRI_MAX_TENSORS_PER_MESSAGE tensors, and a batch count between 1 and the
+ * tensor count when there are tensors (0 otherwise); the tensor descriptors
+ * are whatever follows the body (checked by their decoder). */
 #include "mpri_wire.h"
 
 #include <string.h>
