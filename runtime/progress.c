@@ -18,7 +18,10 @@
  *   each send; meanwhile (active_waiters > 0, or another thread polled in the
  *   last 50 us) the progress thread sleeps, so one thread per rank polls, not
  *   two. It still polls after each sleep, so nothing depends on the others.
- * - The progress thread backs off when idle: spin, then yield, then sleep in
+ * - The progress thread stays hot while anything needs MPI progress
+ *   (mpri_progress_busy: messages assembling or draining, and sends in
+ *   flight, whose rendezvous the sender's side must drive as much as the
+ *   receiver's); otherwise it backs off: spin, then yield, then sleep in
  *   growing steps up to 1 ms, so an idle rank uses well under 5% of a core.
  * - Code running in the progress context (the progress thread, or any thread
  *   inside a poll) never blocks: sends never do (transport.c), and future
@@ -367,8 +370,9 @@ static void *progress_main(void *unused) {
             continue;
         }
         /* The thread is in the progress context throughout; poll() keeps it. */
-        /* Messages half-received or sends in flight need MPI progress: stay hot. */
-        if (mpri_progress_poll() > 0 || atomic_load(&prog.busy) > 0) {
+        /* Messages half-received, or sends in flight (a reply a pool worker
+         * sent and left behind), need MPI progress: stay hot. */
+        if (mpri_progress_poll() > 0 || mpri_progress_busy() > 0) {
             idle_since = mpri_now_ns();
             sleep_ns = 10000;
             continue;

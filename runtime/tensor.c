@@ -203,8 +203,11 @@ mpr_tensor_t *mpr_tensor_retain(mpr_tensor_t *t) {
 void mpr_tensor_release(mpr_tensor_t *t) {
     if (!t) return;
     mpri_tensor_check_live(t, __func__);
+    /* Read before dropping our reference: once it is dropped, another
+     * thread's release may free `t` at any moment. */
+    long scope_refs = atomic_load(&t->scope_refs);
     long left = atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) - 1;
-    if (left < atomic_load(&t->scope_refs)) {
+    if (left < scope_refs) {
         char d[128];
         mpri_misuse_abort("mpr_tensor_release: tensor %p (%s) is owned by an open scope: results of ops "
                           "made while a scope is open (mpr_scope_begin) are released by mpr_scope_end; "
