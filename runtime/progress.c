@@ -18,11 +18,11 @@
  *   each send; meanwhile (active_waiters > 0, or another thread polled in the
  *   last 50 us) the progress thread sleeps, so one thread per rank polls, not
  *   two. It still polls after each sleep, so nothing depends on the others.
- * - The progress thread stays hot while anything needs MPI progress
- *   (mpri_progress_busy: messages assembling or draining, and sends in
- *   flight, whose rendezvous the sender's side must drive as much as the
- *   receiver's); otherwise it backs off: spin, then yield, then sleep in
- *   growing steps up to 1 ms, so an idle rank uses well under 5% of a core.
+ * - The progress thread stays hot while messages assemble or drain, and
+ *   awake (polling, yielding between polls) while sends are in flight, whose
+ *   rendezvous the sender's side must drive too; otherwise it backs off:
+ *   spin, then yield, then sleep in growing steps up to 1 ms, so an idle
+ *   rank uses well under 5% of a core.
  * - Code running in the progress context (the progress thread, or any thread
  *   inside a poll) never blocks: sends never do (transport.c), and future
  *   callbacks it triggers go to the worker pool.
@@ -370,11 +370,21 @@ static void *progress_main(void *unused) {
             continue;
         }
         /* The thread is in the progress context throughout; poll() keeps it. */
-        /* Messages half-received, or sends in flight (a reply a pool worker
-         * sent and left behind), need MPI progress: stay hot. */
-        if (mpri_progress_poll() > 0 || mpri_progress_busy() > 0) {
+        /* Messages half-received need MPI progress: stay hot. */
+        if (mpri_progress_poll() > 0 || atomic_load(&prog.busy) > 0) {
             idle_since = mpri_now_ns();
             sleep_ns = 10000;
+            continue;
+        }
+        /* Sends in flight (e.g. a reply a pool worker sent and left behind)
+         * need the sender's progress too (a rendezvous, the peer's FIN), and
+         * their peer is about to answer: stay awake, but yield the core each
+         * time, since these can last as long as the peer takes (4 ranks on 2
+         * cores under ASan starved otherwise). */
+        if (mpri_transport_sends_in_flight() > 0) {
+            idle_since = mpri_now_ns();
+            sleep_ns = 10000;
+            sched_yield();
             continue;
         }
         int64_t idle = mpri_now_ns() - idle_since;
