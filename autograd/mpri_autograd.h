@@ -189,6 +189,8 @@ void mpri_node_set_next(mpri_node_t *n, int i, mpri_edge_t edge);
  * engine's gradient shape checks and zero-filling of missing gradients). */
 void mpri_node_set_input_meta(mpri_node_t *n, int i, const mpr_tensor_t *t);
 void mpri_node_set_output_meta(mpri_node_t *n, int k, const mpr_tensor_t *t);
+/* Graph nodes alive in this process (leak checks; mpr_get_debug_info). */
+int64_t mpri_node_live_count(void);
 /* Free saved tensors (after a backward without retain_graph). */
 void mpri_node_release_saved(mpri_node_t *n);
 

@@ -15,6 +15,9 @@
 #include "mpri_autograd.h"
 
 static atomic_ullong node_seq;
+static atomic_long live_nodes; /* created and not yet freed (leak checks) */
+
+int64_t mpri_node_live_count(void) { return atomic_load(&live_nodes); }
 
 mpri_node_t *mpri_node_create(const mpri_op_def_t *def, int n_next, int n_outputs) {
     if (n_next < 0 || n_outputs < 1) {
@@ -42,6 +45,7 @@ mpri_node_t *mpri_node_create(const mpri_op_def_t *def, int n_next, int n_output
     n->n_next = n_next;
     n->n_outputs = n_outputs;
     n->seq = atomic_fetch_add(&node_seq, 1);
+    atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
     return n;
 }
 
@@ -84,6 +88,7 @@ void mpri_node_release(mpri_node_t *n) {
             stack[sp++] = x->next[i].node;
         }
         free(x);
+        atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
     }
     if (stack != small) free(stack);
 }

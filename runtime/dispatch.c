@@ -40,6 +40,10 @@ mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline) {
     return MPR_OK;
 }
 
+static void (*reply_value_hook)(const mpri_msg_t *msg, mpr_value_t *v);
+
+void mpri_set_reply_value_hook(void (*hook)(const mpri_msg_t *msg, mpr_value_t *v)) { reply_value_hook = hook; }
+
 /* A reply: the error it carries, or its value, completes `f`. */
 static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
     if (msg->hdr.flags & MPRI_FLAG_ERROR) {
@@ -72,8 +76,10 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
     mpr_err_t e = mpri_msg_decode_value(msg, 0, &v);
     if (e)
         mpri_future_complete(f, e, mpr_last_error(), NULL);
-    else
+    else {
+        if (msg->hdr.autograd_context_id && reply_value_hook) reply_value_hook(msg, v);
         mpri_future_complete(f, MPR_OK, NULL, v);
+    }
 }
 
 static void run_handler_task(void *arg) {

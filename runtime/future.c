@@ -287,13 +287,23 @@ typedef struct {
     mpr_future_t *child;
     mpr_then_fn_t fn;
     void *user_data;
+    uint64_t thread_ctx; /* the registering thread's context (mpri_thread_ctx_hooks_t) */
 } then_t;
+
+/* The layer above's thread context, carried from mpr_future_then to its
+ * callback (distributed autograd: the callback extends the same graph). */
+static _Atomic(const mpri_thread_ctx_hooks_t *) ctx_hooks;
+
+void mpri_future_set_thread_ctx_hooks(const mpri_thread_ctx_hooks_t *hooks) { atomic_store(&ctx_hooks, hooks); }
 
 static void run_then(mpr_future_t *parent, void *arg) {
     then_t *t = arg;
     mpr_value_t *result = NULL;
     mpr_error_clear();
+    const mpri_thread_ctx_hooks_t *h = t->thread_ctx ? atomic_load(&ctx_hooks) : NULL;
+    uint64_t saved = h ? h->swap(t->thread_ctx) : 0;
     mpr_err_t e = t->fn(parent, t->user_data, &result);
+    if (h) h->swap(saved);
     if (e == MPR_OK)
         mpr_future_set_result(t->child, result);
     else {
@@ -328,6 +338,8 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
     t->child = mpr_future_retain(child);
     t->fn = fn;
     t->user_data = user_data;
+    const mpri_thread_ctx_hooks_t *h = atomic_load(&ctx_hooks);
+    t->thread_ctx = h ? h->current() : 0;
     if (mpri_future_on_complete_or_drop(f, run_then, drop_then, t) != MPR_OK) {
         mpr_future_release(child);
         mpr_future_release(child);

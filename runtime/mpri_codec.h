@@ -37,10 +37,15 @@ void mpri_tensor_list_fini(mpri_tensor_list_t *l);
 mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_list_t *tensors,
                             int dst_rank);
 
-/* Descriptors of `tensors` (dtype, ndim, shape each). */
+/* Bit 7 of a descriptor's dtype byte: the tensor requires grad (its receiver
+ * gets a leaf that requires grad, as PyTorch's RPC does). */
+#define MPRI_DESC_REQUIRES_GRAD 0x80u
+
+/* Descriptors of `tensors` (dtype with the requires_grad bit, ndim, shape
+ * each). */
 void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out);
 /* Read `count` descriptors and allocate an empty CPU tensor for each into
- * out[0..count). All descriptors are validated (each tensor and their total
+ * out[0..count), flagged requires_grad as its descriptor says. All descriptors are validated (each tensor and their total
  * within the limits above) before anything is allocated. On failure no
  * tensor is left allocated. */
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out);

@@ -2,6 +2,8 @@
 #ifndef MPRI_FUTURE_H
 #define MPRI_FUTURE_H
 
+#include <stdint.h>
+
 #include "mpirpc/future.h"
 
 /* Complete `f` from inside the runtime: with `value` (ownership taken; NULL =
@@ -50,5 +52,15 @@ typedef struct mpri_wait_hooks {
     bool (*run_pool_task)(void);     /* run one queued task; true if it did */
 } mpri_wait_hooks_t;
 void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks);
+
+/* A thread context of the layer above (distributed autograd's current
+ * context id; 0 = none) that mpr_future_then carries from the registering
+ * thread to the thread running its callback: current() reads it, swap(x)
+ * installs x and returns what was there. Installed once, before mpr_init. */
+typedef struct mpri_thread_ctx_hooks {
+    uint64_t (*current)(void);
+    uint64_t (*swap)(uint64_t ctx);
+} mpri_thread_ctx_hooks_t;
+void mpri_future_set_thread_ctx_hooks(const mpri_thread_ctx_hooks_t *hooks);
 
 #endif

@@ -142,6 +142,12 @@ mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
  * future (or is dropped), a request goes to its kind's handler. Takes the
  * message; never blocks. */
 void mpri_dispatch(mpri_msg_t *msg);
+/* Hook run on every successful reply whose header carries an autograd
+ * context id, after its value was decoded and before the future waiting for
+ * it completes (distributed autograd records a recv function for the
+ * value's tensors). `v` is the decoded value (borrowed). Installed once,
+ * before mpr_init. */
+void mpri_set_reply_value_hook(void (*hook)(const mpri_msg_t *msg, mpr_value_t *v));
 
 /* ---- requests (request.c) and replies (transport.c) ---- */
 /* Send request `m` to `dst` and return a future for its reply (new
@@ -152,6 +158,12 @@ void mpri_dispatch(mpri_msg_t *msg);
 mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const char *label);
 /* Reply to `req` with a value (ownership kept by the caller). */
 mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v);
+/* The same, and `stamp(reply, arg)` sees the encoded reply before it is sent
+ * (its tensor list built, its header still open: distributed autograd sets
+ * the autograd ids and records a send function for the result's tensors).
+ * Not called when the value cannot be encoded (an error reply goes instead). */
+mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_value_t *v,
+                                   void (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg);
 /* Reply to `req` with an error. */
 mpr_err_t mpri_reply_error(const mpri_msg_t *req, mpr_err_t code, const char *message);
 /* Reply to `req` with the error of failed future `f`, a remote failure's

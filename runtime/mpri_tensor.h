@@ -71,4 +71,20 @@ mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
 /* Hook the autograd layer installs to free `autograd` when a tensor dies. */
 void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_meta *meta));
 
+/* The requires_grad flag as the wire carries it (value_codec.c: bit 7 of
+ * each tensor descriptor's dtype byte; transport.c: self-calls). The
+ * autograd layer installs the two functions before mpr_init; without them
+ * no tensor requires grad and a received flag is ignored. */
+typedef struct mpri_tensor_grad_flag_hooks {
+    bool (*requires_grad)(const mpr_tensor_t *t);
+    mpr_err_t (*set_requires_grad)(mpr_tensor_t *t); /* make `t` a leaf that requires grad */
+} mpri_tensor_grad_flag_hooks_t;
+void mpri_tensor_set_grad_flag_hooks(const mpri_tensor_grad_flag_hooks_t *hooks);
+bool mpri_tensor_wire_requires_grad(const mpr_tensor_t *t);
+mpr_err_t mpri_tensor_wire_set_requires_grad(mpr_tensor_t *t);
+/* A new tensor object viewing the same bytes as contiguous `t` (no autograd
+ * state), carrying `t`'s requires_grad flag: what a self-call's callee
+ * receives, as a remote callee would receive a copy. NULL on failure. */
+mpr_tensor_t *mpri_tensor_wire_alias(mpr_tensor_t *t, bool requires_grad);
+
 #endif

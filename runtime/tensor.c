@@ -224,6 +224,31 @@ void mpr_tensor_release(mpr_tensor_t *t) {
     mpri_quarantine_free(t);
 }
 
+static _Atomic(const mpri_tensor_grad_flag_hooks_t *) grad_flag_hooks;
+
+void mpri_tensor_set_grad_flag_hooks(const mpri_tensor_grad_flag_hooks_t *hooks) {
+    atomic_store(&grad_flag_hooks, hooks);
+}
+
+bool mpri_tensor_wire_requires_grad(const mpr_tensor_t *t) {
+    const mpri_tensor_grad_flag_hooks_t *h = atomic_load(&grad_flag_hooks);
+    return h && t->autograd && h->requires_grad(t);
+}
+
+mpr_err_t mpri_tensor_wire_set_requires_grad(mpr_tensor_t *t) {
+    const mpri_tensor_grad_flag_hooks_t *h = atomic_load(&grad_flag_hooks);
+    return h ? h->set_requires_grad(t) : MPR_OK;
+}
+
+mpr_tensor_t *mpri_tensor_wire_alias(mpr_tensor_t *t, bool requires_grad) {
+    mpr_tensor_t *a = mpri_tensor_view(t->storage, t->dtype, t->ndim, t->shape, NULL, t->offset);
+    if (a && requires_grad && mpri_tensor_wire_set_requires_grad(a) != MPR_OK) {
+        mpr_tensor_release(a);
+        return NULL;
+    }
+    return a;
+}
+
 int64_t mpr_tensor_live_count(void) { return atomic_load(&live_tensors); }
 
 /* Entry of a getter: NULL sets the error and returns `ret`; a dead tensor aborts. */

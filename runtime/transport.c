@@ -275,10 +275,24 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
     msg->src = mpri_rt.rank;
     msg->data = mpri_buf_steal(&m->wire, &msg->len);
     msg->body = msg->data + sizeof(mpri_wire_header_t);
-    msg->tensors = m->tensors.items; /* references move to the message */
-    m->tensors.items = NULL;
-    m->tensors.len = 0;
+    /* The callee gets its own tensor objects on the same bytes, flagged as a
+     * remote callee's would be (autograd state is never shared with it). */
+    uint32_t n = m->tensors.len;
+    msg->tensors = n ? calloc(n, sizeof *msg->tensors) : NULL;
+    for (uint32_t i = 0; msg->tensors && i < n; i++) {
+        bool requires_grad = mpri_tensor_wire_requires_grad(m->tensors.orig[i]);
+        if (!(msg->tensors[i] = mpri_tensor_wire_alias(m->tensors.items[i], requires_grad))) {
+            for (uint32_t j = 0; j < i; j++) mpr_tensor_release(msg->tensors[j]);
+            free(msg->tensors);
+            msg->tensors = NULL;
+        }
+    }
     mpri_tensor_list_fini(&m->tensors);
+    if (n && !msg->tensors) {
+        free(msg->data);
+        free(msg);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+    }
     mpri_count_sent(msg->src);
     pthread_mutex_lock(&tx.inbox_lock);
     if (tx.inbox_tail)
@@ -405,6 +419,11 @@ mpr_err_t mpri_reply_future_error(const mpri_msg_t *req, const mpr_future_t *f) 
 }
 
 mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v) {
+    return mpri_reply_value_stamped(req, kind, v, NULL, NULL);
+}
+
+mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_value_t *v,
+                                   void (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg) {
     if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, kind);
@@ -418,5 +437,6 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
         mpri_outmsg_fini(&m);
         return mpri_reply_error(req, e, text);
     }
+    if (stamp) stamp(&m, arg);
     return mpri_send(req->src, &m);
 }

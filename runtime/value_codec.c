@@ -9,8 +9,9 @@
  *   rref/object: whatever the kind's registered opaque hooks write (an object
  *   without an encode hook cannot be sent).
  * Tensor descriptors (mpri_tensor_descs_encode/_decode), one per list entry:
- * u8 dtype, u8 ndim, ndim i64 sizes; the data travels separately
- * (mpri_tensor_batches.h).
+ * u8 dtype with bit 7 (MPRI_DESC_REQUIRES_GRAD) set when the tensor requires
+ * grad (the receiver's copy is a leaf that requires grad), u8 ndim, ndim i64
+ * sizes; the data travels separately (mpri_tensor_batches.h).
  *
  * Encoding: the tensor list de-duplicates by object (a linear scan up to 16
  * entries, then a pointer hash index), so the same tensor named twice is sent
@@ -202,17 +203,22 @@ mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
 void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out) {
     for (uint32_t i = 0; i < tensors->len; i++) {
         const mpr_tensor_t *t = tensors->items[i];
-        mpri_buf_put_u8(out, (uint8_t)t->dtype);
+        /* The flag is the original's: items[i] may be a contiguous copy. */
+        bool requires_grad = mpri_tensor_wire_requires_grad(tensors->orig ? tensors->orig[i] : t);
+        mpri_buf_put_u8(out, (uint8_t)t->dtype | (requires_grad ? MPRI_DESC_REQUIRES_GRAD : 0));
         mpri_buf_put_u8(out, (uint8_t)t->ndim);
         mpri_buf_put(out, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     }
 }
 
-/* One descriptor: dtype, ndim, shape; validated, not allocated. */
-static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, uint8_t *ndim,
-                           int64_t *shape, uint64_t *nbytes) {
+/* One descriptor: dtype (bit 7: requires_grad), ndim, shape; validated,
+ * not allocated. */
+static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bool *requires_grad,
+                           uint8_t *ndim, int64_t *shape, uint64_t *nbytes) {
     mpr_err_t e;
     if ((e = mpri_read_u8(in, dtype)) || (e = mpri_read_u8(in, ndim))) return e;
+    *requires_grad = (*dtype & MPRI_DESC_REQUIRES_GRAD) != 0;
+    *dtype &= (uint8_t)~MPRI_DESC_REQUIRES_GRAD;
     if (*dtype >= MPR_DTYPE_COUNT || *ndim > MPR_MAX_DIMS)
         return mpr_error_set(MPR_ERR_DECODE, "tensor %u: bad descriptor (dtype %u, ndim %u)", index,
                              *dtype, *ndim);
@@ -227,13 +233,14 @@ static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, ui
 
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out) {
     uint8_t dtype, ndim;
+    bool requires_grad;
     int64_t shape[MPR_MAX_DIMS];
     uint64_t nbytes, total = 0;
     /* First pass over a copy of the reader: every descriptor valid and the
      * total within the message limit, before any storage is reserved. */
     mpri_reader_t scan = *in;
     for (uint32_t i = 0; i < count; i++) {
-        mpr_err_t e = read_desc(&scan, i, &dtype, &ndim, shape, &nbytes);
+        mpr_err_t e = read_desc(&scan, i, &dtype, &requires_grad, &ndim, shape, &nbytes);
         if (e) return e;
         total += nbytes; /* <= 65536 * 2 GiB: no overflow */
     }
@@ -243,10 +250,14 @@ mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor
     uint32_t made = 0;
     mpr_err_t e = MPR_OK;
     for (; made < count; made++) {
-        if ((e = read_desc(in, made, &dtype, &ndim, shape, &nbytes))) break;
+        if ((e = read_desc(in, made, &dtype, &requires_grad, &ndim, shape, &nbytes))) break;
         out[made] = mpr_tensor_empty(dtype, ndim, shape);
         if (!out[made]) {
             e = mpr_last_error_code();
+            break;
+        }
+        if (requires_grad && (e = mpri_tensor_wire_set_requires_grad(out[made]))) {
+            made++;
             break;
         }
     }

@@ -112,7 +112,14 @@ typedef struct in_call {
     mpr_value_t *args;
 } in_call_t;
 
-/* The outcome is known: hooks, the kind's settle, the reply; frees `c`.
+/* The encoded reply of a hooked call, before it is sent: hooks.on_reply. */
+static void stamp_reply(mpri_outmsg_t *reply, void *arg) {
+    in_call_t *c = arg;
+    if (hooks.on_reply) hooks.on_reply(c->hook_state, reply);
+}
+
+/* The outcome is known: the kind's settle, the reply (hooks.on_reply sees
+ * it encoded), hooks.release; frees `c`.
  * Takes over `outcome` (NULL: out of memory). */
 static void finish(in_call_t *c, mpr_future_t *outcome) {
     if (!outcome) outcome = failed_outcome(MPR_ERR_NOMEM, "out of memory");
@@ -122,10 +129,9 @@ static void finish(in_call_t *c, mpr_future_t *outcome) {
     } else {
         MPRI_ASSERT(mpr_future_done(outcome), "a call is finished with a completed outcome");
         mpr_err_t e = mpr_future_error(outcome);
-        if (c->hooked && hooks.on_reply) hooks.on_reply(c->hook_state, e ? NULL : mpri_future_value(outcome));
         const mpr_value_t *reply = c->kind->settle(c->kind_state, outcome);
         if (e == MPR_OK)
-            mpri_reply_value(c->msg, c->kind->reply_kind, reply);
+            mpri_reply_value_stamped(c->msg, c->kind->reply_kind, reply, c->hooked ? stamp_reply : NULL, c);
         else
             mpri_reply_future_error(c->msg, outcome);
         mpr_future_release(outcome);

@@ -1,4 +1,6 @@
-/* init.c — mpr_init: the api layer's ordered init, then the runtime's.
+/* init.c — the api layer's ordered init (mpri_api_init), which the public
+ * mpr_init (autograd/init.c, the highest layer that installs anything) runs
+ * after the layers above have installed theirs, before the runtime's.
  *
  * The runtime (runtime/) never names the layers above it: they plug in
  * through tables it offers (message handlers, opaque value kinds, debug-info
@@ -7,13 +9,15 @@
  * layer installs them here, in one ordered list, as nng's init.c orders its
  * subsystems, and mpr_init runs that list before the runtime's world init
  * (mpri_world_init, runtime/world.c) starts the threads that dispatch
- * messages. The public mpr_init therefore lives in this layer: calling down
- * is allowed, calling up is not.
+ * messages. The public mpr_init therefore lives in the highest layer that
+ * installs anything (autograd/init.c): calling down is allowed, calling up
+ * is not.
  *
  * Order: value kinds before handlers (a handler decodes values of those
  * kinds); the RRef context's hooks before the RRef handlers; the call path
- * last. A layer above (distributed autograd) installs its call hooks
- * (mpri_call_set_hooks) before mpr_init, from its own init.
+ * last. The layer above (distributed autograd) installs its call hooks
+ * (mpri_call_set_hooks) and handlers from its own init, which mpr_init
+ * runs first.
  *
  * Invariants: the list runs at most once per process (a failed step is a
  * bug in the library — a full table or a bad kind — and is reported by every
@@ -72,7 +76,3 @@ mpr_err_t mpri_api_init(void) {
     return e ? mpr_error_set(e, "%s", api_failure) : MPR_OK;
 }
 
-mpr_err_t mpr_init(const mpr_init_options_t *opts) {
-    mpr_err_t e = mpri_api_init();
-    return e ? e : mpri_world_init(opts);
-}

@@ -15,10 +15,11 @@
  *   4. hooks.on_request (context id in, recv function recorded), then the
  *      function runs with hooks.enter/leave around it (the context is
  *      active on the running thread), giving a future of its outcome;
- *   5. when that completes: hooks.on_reply (send function recorded for the
- *      result), the kind's settle (e.g. the OwnerRRef takes the value), the
- *      reply (the kind's reply_kind with settle's value, or the error), and
- *      the message is finished.
+ *   5. when that completes: the kind's settle (e.g. the OwnerRRef takes the
+ *      value), the reply (the kind's reply_kind with settle's value, or the
+ *      error; hooks.on_reply sees a value reply encoded, before it is sent:
+ *      autograd ids stamped, send function recorded for its tensors),
+ *      hooks.release, and the message is finished.
  * Invariants: every parsed message gets exactly one reply and is passed to
  * mpri_msg_done exactly once, after that reply; settle runs exactly once for
  * every message whose fields were read (steps 2-5), before the reply; a
@@ -72,9 +73,10 @@ typedef struct mpri_call_hooks {
      * its future), on the running thread: make the context current. */
     void (*enter)(void *state);
     void (*leave)(void *state);
-    /* The outcome is known, before the reply: record a send function for the
-     * result (NULL on failure). */
-    void (*on_reply)(void *state, const mpr_value_t *result);
+    /* A value reply, encoded, before it is sent (not called for an error
+     * reply, or when the caller expects none): set its header's autograd
+     * ids and record a send function for its tensors (reply->tensors). */
+    void (*on_reply)(void *state, mpri_outmsg_t *reply);
     void (*release)(void *state);
 } mpri_call_hooks_t;
 

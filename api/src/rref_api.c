@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "mpri_args.h"
+#include "mpri_call.h"
 #include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
@@ -180,6 +181,11 @@ mpr_err_t mpr_rref_to_here(mpr_rref_t *r, double timeout_s, mpr_value_t **out) {
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_RREF_FETCH);
     mpri_gid_put(&m.wire, r->id);
+    const mpri_call_hooks_t *hooks = mpri_call_hooks(); /* inside a dist autograd context: recorded */
+    if (hooks->on_send_request && (e = hooks->on_send_request(&m, NULL, r->owner_rank))) {
+        mpri_outmsg_fini(&m);
+        return e;
+    }
     mpr_future_t *f = mpri_request(r->owner_rank, &m, timeout_s, "to_here");
     if (!f) return mpr_last_error_code();
     /* While the creating remote() is unanswered, its error (a timeout the

@@ -3,6 +3,8 @@
  *
  * Wire forms (bodies; gid = u32 creator rank + u64 counter):
  *   RREF_FETCH   gid rref id; reply RREF_FETCH_RET: the value     inline handler
+ *                (inside a dist autograd context: the call hooks record
+ *                the request and the reply, as for a CALL)
  *   RREF_FORK_REQUEST  gid rref id, gid fork id; one-way          inline handler
  *   RREF_USER_DELETE   gid rref id, gid fork id; one-way          inline handler
  *   RREF_ACK           u8 what (0 delete, 1 fork), gid fork id: the owner's
@@ -37,6 +39,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "mpri_call.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
 #include "mpri_rref_proto.h"
@@ -386,15 +389,25 @@ static void handle_child_accept(mpri_msg_t *msg) {
 typedef struct {
     mpri_msg_t *msg;
     mpri_owner_t *owner;
+    void *hook_state; /* the call hooks' (dist autograd: a fetch made inside a context) */
+    bool hooked;
 } fetch_t;
+
+/* The encoded value reply of a hooked fetch: the call hooks record it. */
+static void stamp_fetch_reply(mpri_outmsg_t *reply, void *arg) {
+    const mpri_call_hooks_t *hooks = mpri_call_hooks();
+    if (hooks->on_reply) hooks->on_reply(arg, reply);
+}
 
 static void fetch_reply(mpr_future_t *value, void *arg) {
     fetch_t *q = arg;
     mpr_err_t e = mpr_future_error(value);
     if (e == MPR_OK)
-        mpri_reply_value(q->msg, MPRI_MSG_RREF_FETCH_RET, mpri_future_value(value));
+        mpri_reply_value_stamped(q->msg, MPRI_MSG_RREF_FETCH_RET, mpri_future_value(value),
+                                 q->hooked ? stamp_fetch_reply : NULL, q->hook_state);
     else
         mpri_reply_future_error(q->msg, value); /* a remote failure keeps its origin */
+    if (q->hooked && mpri_call_hooks()->release) mpri_call_hooks()->release(q->hook_state);
     mpri_msg_done(q->msg);
     mpri_owner_release(q->owner);
     free(q);
@@ -415,9 +428,28 @@ static void handle_fetch(mpri_msg_t *msg) {
     }
     q->msg = msg;
     q->owner = o;
+    q->hook_state = NULL;
+    q->hooked = false;
+    /* A fetch made inside a dist autograd context: the reply's tensors get a
+     * send function here, a recv function on the fetching worker. */
+    const mpri_call_hooks_t *hooks = mpri_call_hooks();
+    if (hooks->on_request && msg->hdr.autograd_context_id) {
+        mpr_err_t he = hooks->on_request(msg, NULL, &q->hook_state);
+        if (he) {
+            char text[MPR_ERROR_TEXT_MAX];
+            snprintf(text, sizeof text, "fetch: %s", mpr_last_error());
+            mpri_reply_error(msg, he, text);
+            mpri_msg_done(msg);
+            mpri_owner_release(o);
+            free(q);
+            return;
+        }
+        q->hooked = true;
+    }
     /* Parked on the value future if the creation has not finished (a fetch
      * that overtook its remote() waits for it); no thread is held. */
     if (mpri_future_on_complete(o->value, fetch_reply, q) != MPR_OK) {
+        if (q->hooked && hooks->release) hooks->release(q->hook_state);
         mpri_reply_error(msg, MPR_ERR_NOMEM, "fetch: out of memory");
         mpri_msg_done(msg);
         mpri_owner_release(o);

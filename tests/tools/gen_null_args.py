@@ -121,6 +121,7 @@ INPUTS = {
 # Outputs: C type of the variable, preset, check that it was cleared, release.
 OUTPUTS = {
     "mpr_tensor_t **": ("mpr_tensor_t *", "FX_SENTINEL(mpr_tensor_t *)", "{v} == NULL", "mpr_tensor_release"),
+    "mpr_tensor_t ***": ("mpr_tensor_t **", "FX_SENTINEL(mpr_tensor_t **)", "{v} == NULL", None),
     "mpr_value_t **": ("mpr_value_t *", "FX_SENTINEL(mpr_value_t *)", "{v} == NULL", "mpr_value_release"),
     "mpr_rref_t **": ("mpr_rref_t *", "FX_SENTINEL(mpr_rref_t *)", "{v} == NULL", "mpr_rref_release"),
     "const mpr_type_t **": ("const mpr_type_t *", "FX_SENTINEL(const mpr_type_t *)", "{v} == NULL", None),

@@ -143,6 +143,9 @@ typedef struct mpr_debug_info {
      * control messages sent (user deletes, fork requests, creations) whose
      * acknowledgement has not arrived */
     long rref_owners, rref_users, rref_pending_users, rref_pending_children, rref_unacked_ctrl_msgs;
+    /* Distributed autograd (mpirpc/dist_autograd.h): contexts alive on this
+     * worker; graph nodes and tensors alive in this process (leak checks). */
+    long dist_contexts, autograd_nodes, tensors;
 } mpr_debug_info_t;
 
 /* Snapshot of this rank's runtime counters (works after shutdown too). */

@@ -12,6 +12,7 @@
 #include "mpirpc/value.h"
 
 #include "mpirpc/autograd.h"
+#include "mpirpc/dist_autograd.h"
 #include "mpirpc/cuda.h"
 #include "mpirpc/data.h"
 #include "mpirpc/nn.h"

@@ -1,0 +1,500 @@
+/* context.c — distributed autograd contexts: ids, the per-worker table, the
+ * calling thread's current context, the gradients accumulated in a context,
+ * and the cleanup protocol that ends a context on every worker that took
+ * part.
+ *
+ * STATE MACHINE of a context on one worker (mpri_dist_ctx_t.ended):
+ *
+ *   (absent) --mpr_dist_context_begin (root)-------------------> ALIVE
+ *   (absent) --a message carrying the id arrives (record.c)-----> ALIVE
+ *   ALIVE --mpr_dist_context_end (here)--> ENDED, CLEANUP sent to every
+ *           worker in `workers`
+ *   ALIVE --CLEANUP_AUTOGRAD_CONTEXT arrives--> ENDED, CLEANUP passed on to
+ *           every worker in `workers` except its sender
+ *   ALIVE --graceful shutdown, after the job is quiescent--> ENDED, reported
+ *           as a leak ("dist autograd leak: context ... never ended")
+ *   (absent) --CLEANUP arrives-->(absent): ignored (idempotent; the cleanup
+ *           of a context reaches a worker once per neighbour that knew it)
+ *   ENDED ids are remembered (the last 1024 ended or cleaned up here): a
+ *   request sent inside the context that is handled after its cleanup
+ *   (they run on different pool threads) does not bring it back — the
+ *   call runs as a plain call, recording nothing (record.c).
+ *
+ *   ALIVE: in the table; send functions, workers and gradients are added.
+ *   ENDED: out of the table (a lookup by id fails: late replies and backward
+ *   messages for it are dropped or answered with an error, never applied);
+ *   its send functions and gradients were released when it ended, and the
+ *   struct lives on only while a running pass or call still holds a
+ *   reference.
+ *
+ * Messages: CLEANUP_AUTOGRAD_CONTEXT (header: the context id; no body; no
+ * reply). The cleanup terminates: a worker passes it on only when it moves
+ * its own copy ALIVE -> ENDED, which happens once.
+ *
+ * Invariants (checked with MPRI_ASSERT / check_ctx in Debug builds): a
+ * context is in the table iff it is ALIVE; an ENDED context holds no send
+ * function and no gradient; `workers` has no repeat and never this rank;
+ * `sends` is sorted by message id; every id is nonzero and its top 16 bits
+ * are the rank that began it. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_args.h"
+#include "mpri_assert.h"
+#include "mpri_dist.h"
+
+#define TABLE_BUCKETS 256
+#define COUNTER_BITS 48
+
+static struct {
+    pthread_mutex_t lock;
+    mpri_dist_ctx_t *buckets[TABLE_BUCKETS];
+    long alive;
+    atomic_ullong next_counter; /* contexts begun here */
+    atomic_ullong next_msg;     /* autograd message ids made here */
+} table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local int64_t current_ctx;
+
+/* Recently ended ids (a ring, guarded by table.lock): a message sent inside
+ * a context can reach a worker after that context's cleanup did (they run
+ * on different pool threads), and must not bring the context back. */
+#define ENDED_RING 1024
+static int64_t ended_ring[ENDED_RING];
+static unsigned ended_next;
+
+static void remember_ended_locked(int64_t id) { ended_ring[ended_next++ % ENDED_RING] = id; }
+
+static bool recently_ended_locked(int64_t id) {
+    for (unsigned i = 0; i < ENDED_RING; i++)
+        if (ended_ring[i] == id) return true;
+    return false;
+}
+
+static const char *self_name(void) { return mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "?"; }
+
+static unsigned bucket_of(int64_t id) { return (unsigned)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> 56); }
+
+static void check_ctx(const mpri_dist_ctx_t *c) {
+    if (!MPRI_DEBUG_CHECKS) return;
+    MPRI_DEBUG_ASSERT(c->id != 0, "a context id is never 0");
+    MPRI_DEBUG_ASSERT(!c->ended || (c->nsends == 0 && c->ngrads == 0),
+                      "an ENDED context holds no send function and no gradient");
+    for (int i = 1; i < c->nsends; i++)
+        MPRI_DEBUG_ASSERT(c->sends[i - 1].msg_id < c->sends[i].msg_id, "send functions are sorted by message id");
+    for (int i = 0; i < c->nworkers; i++) {
+        MPRI_DEBUG_ASSERT(c->workers[i] != mpri_rt.rank, "a context's workers never include this rank");
+        for (int j = 0; j < i; j++) MPRI_DEBUG_ASSERT(c->workers[i] != c->workers[j], "workers has no repeat");
+    }
+}
+
+/* ---- references and the table ---- */
+
+void mpri_dist_ctx_retain(mpri_dist_ctx_t *c) {
+    long before = atomic_fetch_add_explicit(&c->refcount, 1, memory_order_relaxed);
+    MPRI_ASSERT(before > 0, "retain of a freed dist autograd context");
+}
+
+/* Drop what an ended context holds (lock held; released after unlocking by
+ * the caller through the returned arrays). */
+static void take_contents_locked(mpri_dist_ctx_t *c, mpri_dist_send_t **sends, int *nsends, mpri_dist_grad_t **grads,
+                                 int *ngrads) {
+    *sends = c->sends;
+    *nsends = c->nsends;
+    *grads = c->grads;
+    *ngrads = c->ngrads;
+    c->sends = NULL;
+    c->nsends = c->capsends = 0;
+    c->grads = NULL;
+    c->ngrads = c->capgrads = 0;
+}
+
+static void free_contents(mpri_dist_send_t *sends, int nsends, mpri_dist_grad_t *grads, int ngrads) {
+    for (int i = 0; i < nsends; i++) mpri_node_release(sends[i].node);
+    free(sends);
+    for (int i = 0; i < ngrads; i++) {
+        mpr_tensor_release(grads[i].leaf);
+        mpr_tensor_release(grads[i].grad);
+    }
+    free(grads);
+}
+
+void mpri_dist_ctx_release(mpri_dist_ctx_t *c) {
+    if (!c) return;
+    long before = atomic_fetch_sub_explicit(&c->refcount, 1, memory_order_acq_rel);
+    MPRI_ASSERT(before > 0, "dist autograd context released more often than retained");
+    if (before != 1) return;
+    MPRI_ASSERT(c->ended, "the last reference to an ALIVE context is the table's");
+    free_contents(c->sends, c->nsends, c->grads, c->ngrads);
+    free(c->workers);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+mpri_dist_ctx_t *mpri_dist_ctx_find(int64_t id) {
+    if (!id) return NULL;
+    pthread_mutex_lock(&table.lock);
+    mpri_dist_ctx_t *c = table.buckets[bucket_of(id)];
+    while (c && c->id != id) c = c->next;
+    if (c) mpri_dist_ctx_retain(c);
+    pthread_mutex_unlock(&table.lock);
+    return c;
+}
+
+mpr_err_t mpri_dist_ctx_add_worker_locked(mpri_dist_ctx_t *c, int rank) {
+    if (rank == mpri_rt.rank) return MPR_OK;
+    for (int i = 0; i < c->nworkers; i++)
+        if (c->workers[i] == rank) return MPR_OK;
+    if (c->nworkers == c->capworkers) {
+        int cap = c->capworkers ? c->capworkers * 2 : 4;
+        int *w = realloc(c->workers, (size_t)cap * sizeof *w);
+        if (!w) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
+        c->workers = w;
+        c->capworkers = cap;
+    }
+    c->workers[c->nworkers++] = rank;
+    return MPR_OK;
+}
+
+static mpri_dist_ctx_t *ctx_new(int64_t id) {
+    mpri_dist_ctx_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory for a context");
+        return NULL;
+    }
+    atomic_init(&c->refcount, 1); /* the table's */
+    c->id = id;
+    pthread_mutex_init(&c->lock, NULL);
+    return c;
+}
+
+/* Insert `c` (not present; table lock held). */
+static void insert_locked(mpri_dist_ctx_t *c) {
+    unsigned b = bucket_of(c->id);
+    c->next = table.buckets[b];
+    table.buckets[b] = c;
+    table.alive++;
+}
+
+mpri_dist_ctx_t *mpri_dist_ctx_get_or_create(int64_t id, int from_rank) {
+    pthread_mutex_lock(&table.lock);
+    mpri_dist_ctx_t *c = table.buckets[bucket_of(id)];
+    while (c && c->id != id) c = c->next;
+    if (!c && recently_ended_locked(id)) {
+        pthread_mutex_unlock(&table.lock);
+        mpr_error_set(MPR_ERR_NOT_FOUND, "dist autograd context %" PRId64 " was ended", id);
+        return NULL;
+    }
+    if (!c && (c = ctx_new(id))) insert_locked(c);
+    if (c) mpri_dist_ctx_retain(c);
+    pthread_mutex_unlock(&table.lock);
+    if (!c) return NULL;
+    pthread_mutex_lock(&c->lock);
+    mpr_err_t e = c->ended ? MPR_OK : mpri_dist_ctx_add_worker_locked(c, from_rank);
+    pthread_mutex_unlock(&c->lock);
+    if (e) {
+        mpri_dist_ctx_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Take context `id` out of the table (ALIVE -> ENDED): the table's reference
+ * in *out, or NULL if it is not alive here. */
+static mpri_dist_ctx_t *unlink_ctx(int64_t id) {
+    pthread_mutex_lock(&table.lock);
+    mpri_dist_ctx_t **p = &table.buckets[bucket_of(id)];
+    while (*p && (*p)->id != id) p = &(*p)->next;
+    mpri_dist_ctx_t *c = *p;
+    if (c) {
+        *p = c->next;
+        c->next = NULL;
+        table.alive--;
+    }
+    if (id && !recently_ended_locked(id)) remember_ended_locked(id); /* known or not: it is over */
+    pthread_mutex_unlock(&table.lock);
+    return c;
+}
+
+/* ALIVE -> ENDED: release what it holds and send CLEANUP to every worker
+ * that took part except `skip_rank`. Consumes the table's reference. */
+static void end_ctx(mpri_dist_ctx_t *c, int skip_rank) {
+    mpri_dist_send_t *sends;
+    mpri_dist_grad_t *grads;
+    int nsends, ngrads;
+    pthread_mutex_lock(&c->lock);
+    MPRI_ASSERT(!c->ended, "a context ends once (it was unlinked from the table by this call)");
+    c->ended = true;
+    take_contents_locked(c, &sends, &nsends, &grads, &ngrads);
+    int nworkers = c->nworkers;
+    int *workers = c->workers;
+    c->workers = NULL;
+    c->nworkers = c->capworkers = 0;
+    check_ctx(c);
+    pthread_mutex_unlock(&c->lock);
+    for (int i = 0; i < nworkers; i++) {
+        if (workers[i] == skip_rank) continue;
+        mpri_outmsg_t m;
+        mpri_outmsg_init(&m, MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT);
+        m.hdr.autograd_context_id = (uint64_t)c->id;
+        /* Best effort, as PyTorch: a worker that left keeps nothing to clean. */
+        (void)mpri_send(workers[i], &m);
+    }
+    free(workers);
+    free_contents(sends, nsends, grads, ngrads);
+    mpri_dist_ctx_release(c);
+}
+
+static void handle_cleanup(mpri_msg_t *msg) {
+    mpri_dist_ctx_t *c = unlink_ctx((int64_t)msg->hdr.autograd_context_id);
+    if (c) end_ctx(c, msg->src);
+    mpri_msg_done(msg);
+}
+
+/* ---- send functions ---- */
+
+mpr_err_t mpri_dist_ctx_add_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id, mpri_node_t *node) {
+    MPRI_ASSERT(!c->ended, "nothing is added to an ENDED context");
+    MPRI_ASSERT(c->nsends == 0 || c->sends[c->nsends - 1].msg_id < msg_id,
+                "message ids made here grow, so send functions are appended in order");
+    if (c->nsends == c->capsends) {
+        int cap = c->capsends ? c->capsends * 2 : 8;
+        mpri_dist_send_t *s = realloc(c->sends, (size_t)cap * sizeof *s);
+        if (!s) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
+        c->sends = s;
+        c->capsends = cap;
+    }
+    c->sends[c->nsends++] = (mpri_dist_send_t){msg_id, mpri_node_retain(node)};
+    return MPR_OK;
+}
+
+mpri_node_t *mpri_dist_ctx_find_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id) {
+    int lo = 0, hi = c->nsends - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (c->sends[mid].msg_id == msg_id) return mpri_node_retain(c->sends[mid].node);
+        if (c->sends[mid].msg_id < msg_id)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+uint64_t mpri_dist_next_msg_id(void) {
+    uint64_t n = atomic_fetch_add(&table.next_msg, 1) + 1;
+    return ((uint64_t)mpri_rt.rank << COUNTER_BITS) | (n & ((1ull << COUNTER_BITS) - 1));
+}
+
+/* ---- gradients ---- */
+
+mpr_err_t mpri_dist_ctx_sink(void *arg, mpr_tensor_t *leaf, mpr_tensor_t *grad) {
+    mpri_dist_ctx_t *c = arg;
+    /* The sum is computed outside the lock; a concurrent pass adding to the
+     * same leaf retries against the newer value. */
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        if (c->ended) {
+            pthread_mutex_unlock(&c->lock);
+            return mpr_error_set(MPR_ERR_STATE, "dist backward: context %" PRId64 " was ended during the pass",
+                                 c->id);
+        }
+        int i = 0;
+        while (i < c->ngrads && c->grads[i].leaf != leaf) i++;
+        if (i == c->ngrads) {
+            if (c->ngrads == c->capgrads) {
+                int cap = c->capgrads ? c->capgrads * 2 : 8;
+                mpri_dist_grad_t *g = realloc(c->grads, (size_t)cap * sizeof *g);
+                if (!g) {
+                    pthread_mutex_unlock(&c->lock);
+                    return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
+                }
+                c->grads = g;
+                c->capgrads = cap;
+            }
+            /* A copy: the engine's buffer may be shared with other slots. */
+            mpr_tensor_t *own = mpr_scope_keep(mpr_clone(grad)); /* grad mode is off: no history */
+            if (!own) {
+                pthread_mutex_unlock(&c->lock);
+                return mpr_last_error_code();
+            }
+            c->grads[c->ngrads++] = (mpri_dist_grad_t){mpr_tensor_retain(leaf), own};
+            pthread_mutex_unlock(&c->lock);
+            return MPR_OK;
+        }
+        mpr_tensor_t *old = mpr_tensor_retain(c->grads[i].grad);
+        pthread_mutex_unlock(&c->lock);
+        mpr_tensor_t *sum = mpr_scope_keep(mpr_add(old, grad)); /* grad mode is off in a sink */
+        if (!sum) {
+            mpr_tensor_release(old);
+            return mpr_last_error_code();
+        }
+        pthread_mutex_lock(&c->lock);
+        bool replaced = false;
+        for (int j = 0; j < c->ngrads; j++)
+            if (c->grads[j].leaf == leaf && c->grads[j].grad == old) {
+                mpr_tensor_release(c->grads[j].grad);
+                c->grads[j].grad = sum;
+                replaced = true;
+                break;
+            }
+        pthread_mutex_unlock(&c->lock);
+        mpr_tensor_release(old);
+        if (replaced) return MPR_OK;
+        mpr_tensor_release(sum); /* another pass accumulated meanwhile: again */
+    }
+}
+
+/* ---- the public functions ---- */
+
+int64_t mpri_dist_current(void) { return current_ctx; }
+
+int64_t mpri_dist_swap_current(int64_t id) {
+    int64_t prev = current_ctx;
+    current_ctx = id;
+    return prev;
+}
+
+int64_t mpr_dist_context_current(void) { return current_ctx; }
+
+bool mpr_dist_context_exists(int64_t ctx_id) {
+    mpri_dist_ctx_t *c = mpri_dist_ctx_find(ctx_id);
+    mpri_dist_ctx_release(c);
+    return c != NULL;
+}
+
+static mpr_err_t not_found(const char *fn, int64_t id) {
+    return mpr_error_set(MPR_ERR_NOT_FOUND,
+                         "%s: dist autograd context %" PRId64 " is not alive on %s (never known here, or ended)",
+                         fn, id, self_name());
+}
+
+mpr_err_t mpr_dist_context_begin(int64_t *ctx_id) {
+    MPRI_ARG_NONNULL(ctx_id);
+    *ctx_id = 0;
+    mpr_err_t e = mpri_check_running("mpr_dist_context_begin");
+    if (e) return e;
+    if (current_ctx)
+        return mpr_error_set(MPR_ERR_STATE,
+                             "mpr_dist_context_begin: this thread already has dist autograd context %" PRId64
+                             " (end it first; contexts do not nest)",
+                             current_ctx);
+    if (mpri_rt.rank >= (1 << 16))
+        return mpr_error_set(MPR_ERR_UNSUPPORTED,
+                             "mpr_dist_context_begin: rank %d does not fit the 16-bit worker id of a context id",
+                             mpri_rt.rank);
+    uint64_t n = atomic_fetch_add(&table.next_counter, 1) + 1;
+    if (n >> COUNTER_BITS) return mpr_error_set(MPR_ERR_STATE, "mpr_dist_context_begin: 2^48 contexts begun here");
+    int64_t id = (int64_t)(((uint64_t)mpri_rt.rank << COUNTER_BITS) | n);
+    mpri_dist_ctx_t *c = ctx_new(id);
+    if (!c) return mpr_last_error_code();
+    pthread_mutex_lock(&table.lock);
+    insert_locked(c);
+    pthread_mutex_unlock(&table.lock);
+    current_ctx = id;
+    *ctx_id = id;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_dist_context_end(int64_t ctx_id) {
+    mpri_dist_ctx_t *c = unlink_ctx(ctx_id);
+    if (current_ctx == ctx_id) current_ctx = 0;
+    if (!c) return not_found("mpr_dist_context_end", ctx_id);
+    end_ctx(c, -1);
+    return MPR_OK;
+}
+
+mpr_err_t mpr_dist_context_set_current(int64_t ctx_id, int64_t *prev) {
+    if (prev) *prev = current_ctx;
+    if (ctx_id && !mpr_dist_context_exists(ctx_id)) return not_found("mpr_dist_context_set_current", ctx_id);
+    current_ctx = ctx_id;
+    return MPR_OK;
+}
+
+mpr_err_t mpr_dist_get_gradient(int64_t ctx_id, const mpr_tensor_t *t, mpr_tensor_t **grad) {
+    if (grad) *grad = NULL;
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(grad);
+    mpri_dist_ctx_t *c = mpri_dist_ctx_find(ctx_id);
+    if (!c) return not_found("mpr_dist_get_gradient", ctx_id);
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->ngrads; i++)
+        if (c->grads[i].leaf == t) *grad = mpr_tensor_retain(c->grads[i].grad);
+    pthread_mutex_unlock(&c->lock);
+    mpri_dist_ctx_release(c);
+    return MPR_OK;
+}
+
+mpr_err_t mpr_dist_get_gradients(int64_t ctx_id, mpr_tensor_t ***leaves, mpr_tensor_t ***grads, int *n) {
+    if (leaves) *leaves = NULL;
+    if (grads) *grads = NULL;
+    if (n) *n = 0;
+    MPRI_ARG_NONNULL(leaves);
+    MPRI_ARG_NONNULL(grads);
+    MPRI_ARG_NONNULL(n);
+    mpri_dist_ctx_t *c = mpri_dist_ctx_find(ctx_id);
+    if (!c) return not_found("mpr_dist_get_gradients", ctx_id);
+    mpr_err_t e = MPR_OK;
+    pthread_mutex_lock(&c->lock);
+    int k = c->ngrads;
+    mpr_tensor_t **l = malloc(sizeof *l * (size_t)(k ? k : 1));
+    mpr_tensor_t **g = malloc(sizeof *g * (size_t)(k ? k : 1));
+    if (l && g) {
+        for (int i = 0; i < k; i++) {
+            l[i] = mpr_tensor_retain(c->grads[i].leaf);
+            g[i] = mpr_tensor_retain(c->grads[i].grad);
+        }
+        *leaves = l;
+        *grads = g;
+        *n = k;
+    } else {
+        free(l);
+        free(g);
+        e = mpr_error_set(MPR_ERR_NOMEM, "mpr_dist_get_gradients: out of memory");
+    }
+    pthread_mutex_unlock(&c->lock);
+    mpri_dist_ctx_release(c);
+    return e;
+}
+
+/* ---- shutdown and debug info ---- */
+
+/* After the job is quiescent and stopped: every context still alive here is
+ * a leak (its root never ended it); report it by id and free it. */
+static void report_leaks(void) {
+    for (;;) {
+        mpri_dist_ctx_t *c = NULL;
+        pthread_mutex_lock(&table.lock);
+        for (int b = 0; b < TABLE_BUCKETS && !c; b++) c = table.buckets[b];
+        pthread_mutex_unlock(&table.lock);
+        if (!c) break;
+        c = unlink_ctx(c->id);
+        if (!c) continue;
+        pthread_mutex_lock(&c->lock);
+        fprintf(stderr,
+                "mpirpc: %s: dist autograd leak: context %" PRId64 " (begun on rank %" PRId64
+                ") was never ended (%d send function(s), %d gradient(s), %d other worker(s))\n",
+                self_name(), c->id, c->id >> COUNTER_BITS, c->nsends, c->ngrads, c->nworkers);
+        c->nworkers = 0; /* the others are stopped: send no cleanup */
+        pthread_mutex_unlock(&c->lock);
+        end_ctx(c, -1);
+    }
+    current_ctx = 0;
+}
+
+static void debug_info(mpr_debug_info_t *info) {
+    pthread_mutex_lock(&table.lock);
+    info->dist_contexts = table.alive;
+    pthread_mutex_unlock(&table.lock);
+    info->autograd_nodes = (long)mpri_node_live_count();
+    info->tensors = (long)mpr_tensor_live_count();
+}
+
+mpr_err_t mpri_dist_context_install(void) {
+    mpr_err_t e = mpri_set_handler(MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT, handle_cleanup, false);
+    if (!e) e = mpri_add_shutdown_hooks(NULL, report_leaks);
+    if (!e) e = mpri_add_debug_info_hook(debug_info);
+    return e;
+}
