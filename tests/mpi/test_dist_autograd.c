@@ -537,6 +537,100 @@ static void test_requires_grad_on_the_wire(void) {
     mpr_tensor_release(b);
 }
 
+/* ---- parity with PyTorch 1.13: an MLP whose layers sit on two ranks ----
+ * tests/data/ref_mlp.safetensors (tests/ref/gen_refs.py): Linear(12,16) ->
+ * ReLU -> Linear(16,10), cross-entropy; its weights, input, target, loss and
+ * every parameter gradient as PyTorch computed them. Rank 1 holds layer 0,
+ * rank 2 layer 2, rank 0 drives and holds the loss. */
+static mpr_tensor_dict_t *ref;
+static mpr_tensor_t *mlp_w, *mlp_b; /* this rank's layer (ranks 1 and 2) */
+
+static mpr_err_t fn_mlp_layer(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    mpr_tensor_t *x;
+    mpr_err_t e = mpr_args_tensor(args, 0, &x);
+    if (e) return e;
+    mpr_tensor_t *y = mpr_linear(x, mlp_w, mlp_b);
+    if (me == 1) {
+        mpr_tensor_t *r = mpr_relu(y);
+        mpr_tensor_release(y);
+        y = r;
+    }
+    if (!y) return mpr_last_error_code();
+    *result = mpr_value_new_tensor(y);
+    mpr_tensor_release(y);
+    return MPR_OK;
+}
+
+/* [ctx] -> [dW, db] of this rank's layer in that context. */
+static mpr_err_t fn_mlp_grads(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    int64_t id;
+    mpr_err_t e = mpr_args_int(args, 0, &id);
+    if (e) return e;
+    mpr_tensor_t *gw = NULL, *gb = NULL;
+    if ((e = mpr_dist_get_gradient(id, mlp_w, &gw)) || (e = mpr_dist_get_gradient(id, mlp_b, &gb))) return e;
+    if (!gw || !gb) return mpr_error_set(MPR_ERR_NOT_FOUND, "no gradient for this rank's layer");
+    *result = mpr_value_list_of(2, mpr_value_new_tensor(gw), mpr_value_new_tensor(gb));
+    mpr_tensor_release(gw);
+    mpr_tensor_release(gb);
+    return MPR_OK;
+}
+
+static void load_mlp_reference(void) {
+    const char *dir = getenv("MPIRPC_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ref_mlp.safetensors", dir ? dir : "tests/data");
+    ref = mpr_safetensors_load(path);
+    CHECK(ref != NULL);
+    if (me == 1 || me == 2) {
+        const char *w = me == 1 ? "0.weight" : "2.weight", *b = me == 1 ? "0.bias" : "2.bias";
+        /* leaves of our own (the dict keeps its tensors) */
+        mlp_w = mpr_detach(mpr_tensor_dict_get(ref, w));
+        mlp_b = mpr_detach(mpr_tensor_dict_get(ref, b));
+        CHECK(mlp_w && mlp_b);
+        CHECK_OK(mpr_set_requires_grad(mlp_w, true));
+        CHECK_OK(mpr_set_requires_grad(mlp_b, true));
+    }
+}
+
+static void check_ref_close(const mpr_tensor_t *got, const char *name) {
+    const mpr_tensor_t *want = mpr_tensor_dict_get(ref, name);
+    CHECK(want != NULL);
+    if (!mpr_allclose(got, want, 1e-5, 1e-7)) {
+        fprintf(stderr, "[rank %d] %s differs from PyTorch 1.13's beyond 1e-5\n", me, name);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+static void test_mlp_parity_with_pytorch(void) {
+    if (me != 0) return;
+    int64_t ctx;
+    CHECK_OK(mpr_dist_context_begin(&ctx));
+    mpr_scope_begin();
+    mpr_tensor_t *h = call_tensor(1, "mlp_layer", mpr_value_list_of(1, mpr_value_new_tensor(mpr_tensor_dict_get(ref, "input"))));
+    mpr_tensor_t *out = call_tensor(2, "mlp_layer", mpr_value_list_of(1, mpr_value_new_tensor(h)));
+    check_ref_close(out, "output");
+    mpr_tensor_t *loss = mpr_cross_entropy(out, mpr_tensor_dict_get(ref, "target"));
+    check_ref_close(loss, "loss");
+    CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
+    mpr_tensor_release(h);
+    mpr_tensor_release(out);
+    mpr_scope_end();
+    for (int r = 1; r <= 2; r++) {
+        mpr_value_t *g = NULL;
+        CHECK_OK(mpr_rpc_sync_take(mpr_to_rank(r), "mlp_grads", mpr_value_list_of(1, mpr_value_new_int(ctx)), 60, &g));
+        mpr_tensor_t *gw, *gb;
+        CHECK_OK(mpr_args_tensor(g, 0, &gw));
+        CHECK_OK(mpr_args_tensor(g, 1, &gb));
+        check_ref_close(gw, r == 1 ? "0.weight.grad" : "2.weight.grad");
+        check_ref_close(gb, r == 1 ? "0.bias.grad" : "2.bias.grad");
+        mpr_value_release(g);
+    }
+    CHECK_OK(mpr_dist_context_end(ctx));
+    printf("MLP over ranks 1 and 2: output, loss and the 4 parameter gradients match PyTorch 1.13 (1e-5)\n");
+}
+
 static int leak_steps = 10000;
 
 /* Contexts, graph nodes and tensors come back to their start on every rank. */
@@ -597,6 +691,8 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("requires_grad", fn_requires_grad, NULL));
     CHECK_OK(mpr_register_function("ctx_exists", fn_ctx_exists, NULL));
     CHECK_OK(mpr_register_function("rref_double_sum", fn_rref_double_sum, NULL));
+    CHECK_OK(mpr_register_function("mlp_layer", fn_mlp_layer, NULL));
+    CHECK_OK(mpr_register_function("mlp_grads", fn_mlp_grads, NULL));
     mpr_init_options_t opts;
     mpr_init_options_default(&opts);
     opts.argc = &argc;
@@ -605,6 +701,7 @@ int main(int argc, char **argv) {
     me = mpitest_rank();
     n_ranks = mpr_world_size();
     CHECK(n_ranks >= 3);
+    load_mlp_reference();
     RUN_TEST(test_requires_grad_on_the_wire);
     RUN_TEST(test_simple);
     RUN_TEST(test_nested_chain);
@@ -616,8 +713,12 @@ int main(int argc, char **argv) {
     RUN_TEST(test_cleanup_everywhere);
     RUN_TEST(test_misuse);
     RUN_TEST(test_reply_outlives_context);
+    RUN_TEST(test_mlp_parity_with_pytorch);
     RUN_TEST(test_leak_loop);
     CHECK_OK(mpr_shutdown(true));
+    mpr_tensor_release(mlp_w);
+    mpr_tensor_release(mlp_b);
+    mpr_tensor_dict_destroy(ref);
     MPITEST_REPORT();
     return 0;
 }

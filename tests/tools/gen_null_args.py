@@ -29,6 +29,7 @@ import mpr_headers  # noqa: E402
 
 # (function, parameter) -> why NULL is fine there.
 NULL_OK = {
+    ("mpr_dist_context_set_current", "prev"): "NULL: the previous context is not wanted",
     ("mpr_backward", "grad"): "NULL means 1 for a one-element root",
     ("mpr_set_grad", "grad"): "NULL drops the gradient",
     ("mpr_zero_grad", "t"): "documented to accept NULL",
