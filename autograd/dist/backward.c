@@ -75,6 +75,10 @@ typedef struct piece {
     bool sealed;      /* the run returned */
     bool done;
     mpr_future_t *result; /* completed at DONE: none, or the error */
+    /* The root's requests: it waits on them itself (no pool thread between
+     * a reply and the waiting root); the others' get completion callbacks. */
+    mpr_future_t **root_reqs;
+    int n_root_reqs, cap_root_reqs;
 } piece_t;
 
 static _Thread_local piece_t *running_piece;
@@ -104,6 +108,8 @@ static piece_t *piece_new(mpri_dist_ctx_t *ctx, uint64_t pass_id, bool retain_gr
 static void piece_release(piece_t *p) {
     if (atomic_fetch_sub_explicit(&p->refcount, 1, memory_order_acq_rel) != 1) return;
     MPRI_ASSERT(p->done, "a piece is freed only after DONE");
+    for (int i = 0; i < p->n_root_reqs; i++) mpr_future_release(p->root_reqs[i]);
+    free(p->root_reqs);
     mpri_dist_ctx_release(p->ctx);
     mpr_future_release(p->result);
     pthread_mutex_destroy(&p->lock);
@@ -178,6 +184,24 @@ static void request_answered(mpr_future_t *f, void *arg) {
 
 /* Add request future `f` (new reference, taken) to the running piece. */
 static mpr_err_t piece_add_request(piece_t *p, mpr_future_t *f) {
+    if (!p->msg) { /* the root: kept for its own wait (one thread runs the root's piece) */
+        MPRI_ASSERT(!p->sealed, "no request is added to a piece after its run returned");
+        if (p->n_root_reqs == p->cap_root_reqs) {
+            int cap = p->cap_root_reqs ? p->cap_root_reqs * 2 : 8;
+            mpr_future_t **r = realloc(p->root_reqs, (size_t)cap * sizeof *r);
+            if (!r) {
+                mpr_future_release(f);
+                return mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
+            }
+            p->root_reqs = r;
+            p->cap_root_reqs = cap;
+        }
+        p->root_reqs[p->n_root_reqs++] = f;
+        pthread_mutex_lock(&p->lock);
+        p->outstanding++;
+        pthread_mutex_unlock(&p->lock);
+        return MPR_OK;
+    }
     pthread_mutex_lock(&p->lock);
     MPRI_ASSERT(!p->sealed, "no request is added to a piece after its run returned");
     p->outstanding++;
@@ -207,10 +231,10 @@ static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t 
     if (e) piece_fail(p, e, detail);
     pthread_mutex_lock(&p->lock);
     p->sealed = true;
-    if (p->outstanding == 0 && piece_take_done_locked(p))
+    if (p->outstanding > 0)
+        pthread_mutex_unlock(&p->lock); /* WAITING */
+    else if (piece_take_done_locked(p))
         piece_succeed(p);
-    else if (p->done || p->outstanding)
-        pthread_mutex_unlock(&p->lock);
 }
 
 /* ---- the recv function's backward: gradients go back to the sender ---- */
@@ -397,6 +421,13 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
     if (!e && !(p = piece_new(c, pass_id, retain_graph, NULL))) e = mpr_last_error_code();
     if (!e) {
         piece_run(p, n, edges, ones);
+        /* WAITING: the root waits on its requests itself, in order; the
+         * first failure ends the pass (the others' answers are dropped). */
+        for (int i = 0; i < p->n_root_reqs && !mpr_future_done(p->result); i++) {
+            atomic_fetch_add_explicit(&p->refcount, 1, memory_order_relaxed); /* request_answered drops it */
+            mpr_future_wait(p->root_reqs[i], MPR_WAIT_FOREVER); /* bounded by the request's timeout */
+            request_answered(p->root_reqs[i], p);
+        }
         e = mpr_future_wait(p->result, MPR_WAIT_FOREVER);
         MPRI_ASSERT(e != MPR_OK || mpr_future_done(p->result), "the root's wait ends only in DONE");
         if (!e) e = mpr_future_error(p->result);
@@ -452,7 +483,7 @@ mpr_err_t mpr_rref_backward(mpr_rref_t *rref, int64_t ctx_id, bool retain_graph)
     MPRI_ARG_NONNULL(rref);
     if (mpr_rref_is_owner(rref)) return rref_backward_local(rref, ctx_id, retain_graph);
     mpr_value_t *args = mpr_value_new_list();
-    if (!args || mpr_value_list_append(args, mpr_value_new_rref(mpr_rref_retain(rref))) ||
+    if (!args || mpr_value_list_append(args, mpr_value_new_rref(rref)) ||
         mpr_value_list_append(args, mpr_value_new_int(ctx_id)) ||
         mpr_value_list_append(args, mpr_value_new_bool(retain_graph))) {
         mpr_value_release(args);

@@ -7,7 +7,8 @@
  * Scenarios: a simple graph over 2 ranks; nested chains A->B->C->A; the same
  * parameter used twice across ranks; remote() results consumed through
  * RRefs elsewhere and RRef.backward; tensors that do not require grad mixed
- * in; several roots; retain_graph twice; two concurrent contexts over
+ * in; several roots; an async function whose then-callback extends the
+ * graph; retain_graph twice; two concurrent contexts over
  * shared parameters; an error in backward on a remote rank; cleanup on
  * every rank (counted); the leak loop; use after end; replies outliving
  * their context; requires_grad on the wire (self and remote). */
@@ -190,7 +191,59 @@ static mpr_err_t fn_rref_double_sum(mpr_call_ctx_t *ctx, const mpr_value_t *args
     return MPR_OK;
 }
 
+/* Async function on rank 1: mm on rank 2, then (in a then-callback, on
+ * another thread, later) triple on rank 0 — the callback must extend the
+ * same graph. */
+static mpr_err_t then_triple(mpr_future_t *parent, void *user_data, mpr_value_t **result) {
+    (void)user_data;
+    mpr_value_t *v = NULL;
+    mpr_err_t e = mpr_future_get(parent, 0, &v);
+    if (e) return e;
+    mpr_tensor_t *y;
+    CHECK_OK(mpr_value_get_tensor(v, &y));
+    if (!mpr_dist_context_current()) return mpr_error_set(MPR_ERR_STATE, "then-callback runs without the context");
+    e = mpr_rpc_sync_take(mpr_to_rank(0), "triple", mpr_value_list_of(1, mpr_value_new_tensor(y)), 60, result);
+    mpr_value_release(v);
+    return e;
+}
+
+static mpr_err_t fn_async_chain(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_future_t **out) {
+    (void)ctx;
+    mpr_tensor_t *x;
+    mpr_err_t e = mpr_args_tensor(args, 0, &x);
+    if (e) return e;
+    mpr_value_t *args2 = tensors2(x, x);
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(2), "mm", args2, 60);
+    mpr_value_release(args2);
+    *out = mpr_future_then(f, then_triple, NULL);
+    mpr_future_release(f);
+    return *out ? MPR_OK : mpr_last_error_code();
+}
+
 /* ---- scenarios ---- */
+
+static void test_async_function_keeps_context(void) {
+    if (me != 0) return;
+    mpr_tensor_t *x = filled(3, 3, 0.45, true);
+    int64_t ctx;
+    CHECK_OK(mpr_dist_context_begin(&ctx));
+    mpr_scope_begin();
+    mpr_tensor_t *z = call_tensor(1, "async_chain", mpr_value_list_of(1, mpr_value_new_tensor(x)));
+    mpr_tensor_t *loss = mpr_sum(mpr_mul(z, z));
+    CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
+    mpr_tensor_release(z);
+    mpr_scope_end();
+    mpr_tensor_t *g = ctx_grad(ctx, x);
+    mpr_scope_begin();
+    mpr_tensor_t *zz = mpr_mul_scalar(mpr_matmul(x, x), 3.0);
+    CHECK_OK(mpr_backward(mpr_sum(mpr_mul(zz, zz)), NULL, false));
+    mpr_scope_end();
+    check_close(g, mpr_tensor_grad(x), "async function + then-callback dL/dx");
+    mpr_tensor_release(g);
+    CHECK_OK(mpr_dist_context_end(ctx));
+    mpr_tensor_release(x);
+}
+
 
 /* y = mm(w, x) on rank 1; loss = sum(tanh(y)); dL/dw vs local. */
 static void test_simple(void) {
@@ -314,9 +367,11 @@ static void test_rref_paths(void) {
     int64_t ctx;
     CHECK_OK(mpr_dist_context_begin(&ctx));
     mpr_scope_begin();
-    mpr_rref_t *rr = mpr_remote(mpr_to_rank(1), "mm", tensors2(w, x), 60);
+    mpr_value_t *margs = tensors2(w, x);
+    mpr_rref_t *rr = mpr_remote(mpr_to_rank(1), "mm", margs, 60);
+    mpr_value_release(margs);
     CHECK(rr != NULL);
-    mpr_tensor_t *s = call_tensor(2, "rref_double_sum", mpr_value_list_of(1, mpr_value_new_rref(mpr_rref_retain(rr))));
+    mpr_tensor_t *s = call_tensor(2, "rref_double_sum", mpr_value_list_of(1, mpr_value_new_rref(rr)));
     mpr_tensor_t *loss = mpr_mul(s, s);
     CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
     mpr_tensor_release(s);
@@ -503,7 +558,9 @@ static void test_reply_outlives_context(void) {
     mpr_tensor_t *w = filled(2, 2, 0.3, true);
     int64_t ctx;
     CHECK_OK(mpr_dist_context_begin(&ctx));
-    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(1), "slow_mm", tensors2(w, w), 60);
+    mpr_value_t *args = tensors2(w, w);
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(1), "slow_mm", args, 60);
+    mpr_value_release(args);
     CHECK_OK(mpr_dist_context_end(ctx));
     mpr_value_t *v = NULL;
     CHECK_OK(mpr_future_get(f, 60, &v));
@@ -692,6 +749,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("ctx_exists", fn_ctx_exists, NULL));
     CHECK_OK(mpr_register_function("rref_double_sum", fn_rref_double_sum, NULL));
     CHECK_OK(mpr_register_function("mlp_layer", fn_mlp_layer, NULL));
+    CHECK_OK(mpr_register_async_function("async_chain", fn_async_chain, NULL));
     CHECK_OK(mpr_register_function("mlp_grads", fn_mlp_grads, NULL));
     mpr_init_options_t opts;
     mpr_init_options_default(&opts);
@@ -706,6 +764,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_simple);
     RUN_TEST(test_nested_chain);
     RUN_TEST(test_param_twice_mixed_two_roots);
+    RUN_TEST(test_async_function_keeps_context);
     RUN_TEST(test_retain_graph);
     RUN_TEST(test_rref_paths);
     RUN_TEST(test_concurrent_contexts);
