@@ -76,3 +76,12 @@ mpr_err_t mpri_api_init(void) {
     return e ? mpr_error_set(e, "%s", api_failure) : MPR_OK;
 }
 
+
+#ifdef MPIRPC_CORE_ONLY
+/* Core-only builds (runtime and api, a developer option) have no autograd
+ * layer, whose init.c holds the public mpr_init otherwise. */
+mpr_err_t mpr_init(const mpr_init_options_t *opts) {
+    mpr_err_t e = mpri_api_init();
+    return e ? e : mpri_world_init(opts);
+}
+#endif

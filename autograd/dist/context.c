@@ -155,6 +155,7 @@ mpr_err_t mpri_dist_ctx_add_worker_locked(mpri_dist_ctx_t *c, int rank) {
         c->capworkers = cap;
     }
     c->workers[c->nworkers++] = rank;
+    check_ctx(c);
     return MPR_OK;
 }
 
@@ -267,6 +268,7 @@ mpr_err_t mpri_dist_ctx_add_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id, mpr
         c->capsends = cap;
     }
     c->sends[c->nsends++] = (mpri_dist_send_t){msg_id, mpri_node_retain(node)};
+    check_ctx(c);
     return MPR_OK;
 }
 
