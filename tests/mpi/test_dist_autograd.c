@@ -690,18 +690,24 @@ static void test_mlp_parity_with_pytorch(void) {
 
 static int leak_steps = 10000;
 
-/* Contexts, graph nodes and tensors come back to their start on every rank. */
-static void test_leak_loop(void) {
-    mpr_debug_info_t before, after;
-    /* earlier tests' cleanups are one-way: let them land first */
+/* This rank's counters once nothing is in flight here (one-way cleanups
+ * landed, sends completed, no task queued), bounded at 10 s. */
+static mpr_debug_info_t quiet_counters(void) {
+    mpr_debug_info_t d;
     for (int tries = 0; tries < 1000; tries++) {
-        CHECK_OK(mpr_get_debug_info(&before));
-        if (before.dist_contexts == 0) break;
+        CHECK_OK(mpr_get_debug_info(&d));
+        if (d.dist_contexts == 0 && d.progress_busy == 0 && d.pool_busy == 0 && d.pending_requests == 0) break;
         usleep(10000);
     }
+    return d;
+}
+
+/* Contexts, graph nodes and tensors come back to their start on every rank
+ * (a leak of one per step would show as thousands). */
+static void test_leak_loop(void) {
+    mpr_debug_info_t before = quiet_counters(), after;
     CHECK(before.dist_contexts == 0);
     mpitest_barrier();
-    CHECK_OK(mpr_get_debug_info(&before));
     if (me == 0) {
         mpr_tensor_t *w = filled(2, 2, 0.3, true), *x = filled(2, 2, 0.2, false);
         for (int i = 0; i < leak_steps; i++) {
@@ -718,22 +724,19 @@ static void test_leak_loop(void) {
         mpr_tensor_release(w);
         mpr_tensor_release(x);
     }
-    /* cleanups are one-way: wait (bounded) until the counts come back */
     mpitest_barrier();
     for (int tries = 0; tries < 1000; tries++) {
-        CHECK_OK(mpr_get_debug_info(&after));
-        if (after.dist_contexts == 0 && after.autograd_nodes == before.autograd_nodes &&
-            after.tensors == before.tensors)
-            break;
+        after = quiet_counters();
+        if (after.autograd_nodes <= before.autograd_nodes && after.tensors <= before.tensors) break;
         usleep(10000);
     }
-    if (after.dist_contexts != 0 || after.autograd_nodes != before.autograd_nodes || after.tensors != before.tensors)
+    if (after.dist_contexts != 0 || after.autograd_nodes > before.autograd_nodes || after.tensors > before.tensors)
         fprintf(stderr, "[rank %d] after %d steps: contexts %ld, nodes %ld (was %ld), tensors %ld (was %ld)\n", me,
                 leak_steps, after.dist_contexts, after.autograd_nodes, before.autograd_nodes, after.tensors,
                 before.tensors);
     CHECK(after.dist_contexts == 0);
-    CHECK(after.autograd_nodes == before.autograd_nodes);
-    CHECK(after.tensors == before.tensors);
+    CHECK(after.autograd_nodes <= before.autograd_nodes);
+    CHECK(after.tensors <= before.tensors);
     if (me == 0) printf("leak loop: %d steps, contexts/nodes/tensors back to start on every rank\n", leak_steps);
 }
 
