@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -151,6 +152,7 @@ static void test_dispatch(void **state) {
 /* Bitwise equal data of a device-0 tensor of the fake backend (host memory)
  * and its CPU twin. */
 static void assert_same(mpr_tensor_t *dev, mpr_tensor_t *cpu) {
+    if (!dev || !cpu) fprintf(stderr, "last error: %s\n", mpr_last_error());
     assert_non_null(dev);
     assert_non_null(cpu);
     assert_int_equal(mpr_tensor_device(dev), 0);
