@@ -120,6 +120,8 @@ typedef struct mpri_msg {
     mpr_tensor_t **tensors; /* [hdr.tensor_count], received */
     MPI_Request *reqs;      /* data receives (one per batch) while assembling */
     int nreqs;
+    struct mpri_batch_scratch *plan; /* the batch plan, from validation until the receives are posted */
+    int post_error;                  /* an MPI error posting a receive (progress.c) */
     struct mpri_msg *next;
 } mpri_msg_t;
 

@@ -4,11 +4,21 @@
  * thread; the hooks that let waiting threads and idle pool workers poll.
  *
  * Invariants:
- * - Only one thread polls at a time (poll_lock, taken with trylock: no thread
- *   ever waits for it). Inside a poll only non-blocking MPI calls are made
- *   (Improbe, Irecv, Isend, Test*), plus Mrecv of a message Improbe already
- *   matched. (Open MPI may still copy a large matched message inside Irecv
- *   or Mrecv; that is a copy, not a wait for a peer.)
+ * - One thread at a time matches (poll_lock, taken with trylock: no thread
+ *   ever waits for it): Improbe, Mrecv of the message Improbe matched,
+ *   dispatch of messages without tensors in the order MPI matched them, and
+ *   the tests of what is assembling, draining or sending. Only non-blocking
+ *   MPI calls are made in a poll (Improbe, Mrecv of a matched message,
+ *   Irecv, Isend, Test*).
+ * - The data receives of a message with tensors are posted by the thread
+ *   that matched it after it released poll_lock (Open MPI copies a batch
+ *   that has already arrived inside MPI_Irecv: a CMA read of megabytes),
+ *   so such a copy never keeps the other threads from polling; the message
+ *   then joins `assembling` through `posted`. `posting` counts messages
+ *   between the two, and a stop waits for it to drop to zero. Under the lock
+ *   remain the Mrecv of an active message itself (beyond the eager limit
+ *   only for big inline payloads or many tensor descriptors) and whatever
+ *   Open MPI's progress engine does inside Improbe and Test.
  * - The data of a rejected message (bad descriptors, wrong batch count) is
  *   drained without blocking: each poll receives what has arrived of it, and
  *   the drain gives up after the announced count or DRAIN_NS, whichever
@@ -57,7 +67,9 @@ static struct {
     pthread_mutex_t poll_lock;
     mpri_msg_t *assembling; /* guarded by poll_lock */
     drain_t *draining;      /* guarded by poll_lock */
-    atomic_long busy;       /* assembling + draining */
+    _Atomic(mpri_msg_t *) posted; /* receives posted, not yet in `assembling` (a lock-free stack) */
+    atomic_int posting;     /* messages matched whose receives are being posted */
+    atomic_long busy;       /* matched with tensors (posting, posted, assembling) + draining */
     atomic_int active_waiters;
     atomic_bool stop;
     atomic_int_fast64_t last_other_poll_ns; /* when a thread other than ours last polled */
@@ -138,8 +150,10 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
 }
 
 /* Header received into `msg` (its bytes follow the struct): validate,
- * allocate tensors, post the data receives. */
-static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
+ * allocate the tensors and plan their batches; a message without tensors is
+ * dispatched at once, one with tensors goes to `*to_post`, whose receives
+ * the polling thread posts once it released the poll lock. */
+static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to_post) {
     uint8_t *data = msg->data;
     msg->len = len;
     msg->src = src;
@@ -163,8 +177,12 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
     }
     msg->tensors = calloc(n, sizeof *msg->tensors);
     msg->reqs = malloc(sizeof *msg->reqs * n);
-    mpri_batch_scratch_t scratch;
-    if (!msg->tensors || !msg->reqs || !mpri_batch_scratch_init(&scratch, n)) {
+    msg->plan = malloc(sizeof *msg->plan);
+    if (msg->plan && !mpri_batch_scratch_init(msg->plan, n)) {
+        free(msg->plan);
+        msg->plan = NULL;
+    }
+    if (!msg->tensors || !msg->reqs || !msg->plan) {
         mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensors", n);
         reject_incoming(msg, true, MPR_ERR_NOMEM);
         return;
@@ -178,30 +196,60 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src) {
         e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
     }
     if (e) {
-        mpri_batch_scratch_fini(&scratch);
         reject_incoming(msg, true, e);
         return;
     }
     /* The same batches the sender made (mpri_tensor_batches.h). */
-    msg->nreqs = (int)mpri_batches_plan(msg->tensors, n, scratch.starts);
+    msg->nreqs = (int)mpri_batches_plan(msg->tensors, n, msg->plan->starts);
     if ((uint32_t)msg->nreqs != msg->hdr.batch_count) {
         for (uint32_t i = 0; i < n; i++) {
             mpr_tensor_release(msg->tensors[i]);
             msg->tensors[i] = NULL;
         }
-        mpri_batch_scratch_fini(&scratch);
         mpr_error_set(MPR_ERR_DECODE, "%u tensor batches announced, the descriptors make %d",
                       msg->hdr.batch_count, msg->nreqs);
         reject_incoming(msg, true, MPR_ERR_DECODE);
         return;
     }
-    for (int b = 0; b < msg->nreqs; b++)
-        mpri_batch_post(false, msg->tensors, scratch.starts[b], scratch.starts[b + 1], src,
-                        (int)msg->hdr.data_tag, mpri_rt.comm, scratch.lens, scratch.displs, &msg->reqs[b]);
-    mpri_batch_scratch_fini(&scratch);
-    msg->next = prog.assembling;
-    prog.assembling = msg;
+    msg->next = *to_post;
+    *to_post = msg;
     atomic_fetch_add(&prog.busy, 1);
+    atomic_fetch_add(&prog.posting, 1);
+}
+
+/* Post the data receives of `msg` (outside the poll lock: Open MPI copies a
+ * batch whose data has already arrived inside MPI_Irecv), then hand it to
+ * the pollers through `posted`. */
+static void post_receives(mpri_msg_t *msg) {
+    mpri_batch_scratch_t *plan = msg->plan;
+    for (int b = 0; b < msg->nreqs; b++) {
+        int rc = mpri_batch_post(false, msg->tensors, plan->starts[b], plan->starts[b + 1], msg->src,
+                                 (int)msg->hdr.data_tag, mpri_rt.comm, plan->lens, plan->displs, &msg->reqs[b]);
+        if (rc != MPI_SUCCESS) {
+            msg->reqs[b] = MPI_REQUEST_NULL;
+            if (!msg->post_error) msg->post_error = rc;
+        }
+    }
+    mpri_batch_scratch_fini(plan);
+    free(plan);
+    msg->plan = NULL;
+    mpri_msg_t *head = atomic_load(&prog.posted);
+    do {
+        msg->next = head;
+    } while (!atomic_compare_exchange_weak(&prog.posted, &head, msg));
+    atomic_fetch_sub(&prog.posting, 1);
+}
+
+/* Move the messages whose receives were posted to `assembling` (under the
+ * poll lock). */
+static void take_posted(void) {
+    mpri_msg_t *list = atomic_exchange(&prog.posted, NULL);
+    while (list) {
+        mpri_msg_t *msg = list;
+        list = msg->next;
+        msg->next = prog.assembling;
+        prog.assembling = msg;
+    }
 }
 
 static int test_assembling(void) {
@@ -220,7 +268,18 @@ static int test_assembling(void) {
         free(msg->reqs);
         msg->reqs = NULL;
         atomic_fetch_sub(&prog.busy, 1);
-        mpri_dispatch(msg);
+        if (msg->post_error) { /* a batch never posted: its data is drained, the message rejected */
+            char text[MPI_MAX_ERROR_STRING];
+            for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
+                mpr_tensor_release(msg->tensors[i]);
+                msg->tensors[i] = NULL;
+            }
+            mpr_error_set(MPR_ERR_MPI, "posting a tensor receive failed: %s",
+                          mpri_mpi_error_string(msg->post_error, text, sizeof text));
+            reject_incoming(msg, true, MPR_ERR_MPI);
+        } else {
+            mpri_dispatch(msg);
+        }
         done++;
     }
     return done;
@@ -234,6 +293,7 @@ int mpri_progress_poll(void) {
     int64_t now = mpri_now_ns();
     if (!is_progress_thread) atomic_store_explicit(&prog.last_other_poll_ns, now, memory_order_relaxed);
     int events = 0;
+    mpri_msg_t *to_post = NULL; /* matched messages whose data receives are still to post */
     /* Messages to ourselves: those queued when the poll began. */
     for (int i = 0; i < 32; i++) {
         mpri_msg_t *msg = mpri_transport_take_local();
@@ -263,14 +323,22 @@ int mpri_progress_poll(void) {
         msg->data = (uint8_t *)(msg + 1);
         msg->data_inline = true;
         MPI_Mrecv(msg->data, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
-        start_incoming(msg, (size_t)count, st.MPI_SOURCE);
+        start_incoming(msg, (size_t)count, st.MPI_SOURCE, &to_post);
         events++;
     }
+    take_posted();
     if (prog.assembling) events += test_assembling();
     if (prog.draining) events += test_draining(now);
     events += mpri_transport_progress_sends(now);
-    in_progress_context = was_in_context;
     pthread_mutex_unlock(&prog.poll_lock);
+    /* The data receives of the messages matched above, without the lock:
+     * meanwhile another thread may poll. */
+    while (to_post) {
+        mpri_msg_t *msg = to_post;
+        to_post = msg->next;
+        post_receives(msg);
+    }
+    in_progress_context = was_in_context;
     return events;
 }
 
@@ -455,8 +523,12 @@ void mpri_progress_stop(void) {
         pthread_join(prog.thread, NULL);
         prog.thread_started = false;
     }
-    /* Anything still assembling or sending is abandoned (non-graceful stop). */
+    /* Anything still assembling or sending is abandoned (non-graceful stop).
+     * No poll starts any more (the state is STOPPED); one under way may
+     * still be posting receives: wait for it. */
+    while (atomic_load(&prog.posting) > 0) sched_yield();
     pthread_mutex_lock(&prog.poll_lock);
+    take_posted();
     while (prog.assembling) {
         mpri_msg_t *msg = prog.assembling;
         prog.assembling = msg->next;

@@ -87,6 +87,10 @@ static void msg_free(mpri_msg_t *msg) {
         free(msg->tensors);
     }
     free(msg->reqs);
+    if (msg->plan) {
+        mpri_batch_scratch_fini(msg->plan);
+        free(msg->plan);
+    }
     if (!msg->data_inline) free(msg->data);
     free(msg);
 }
