@@ -232,7 +232,7 @@ mpr_err_t mpr_future_error(const mpr_future_t *f) {
 const char *mpr_future_error_message(const mpr_future_t *f) {
     MPRI_ARG_NONNULL_OR(f, "");
     if (!mpr_future_done(f) || f->code == MPR_OK) return "";
-    return f->message;
+    return f->message ? f->message : mpr_strerror(f->code); /* NULL: its copy failed (out of memory) */
 }
 
 mpr_err_t mpr_future_remote_code(const mpr_future_t *f) {
@@ -430,7 +430,8 @@ mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value)
     MPRI_ARG_NONNULL(value);
     mpr_err_t e = mpr_future_wait(f, timeout_s);
     if (e) return e;
-    if (f->code != MPR_OK) return f->remote ? mpri_error_set_remote(f->remote) : mpr_error_set(f->code, "%s", f->message);
+    if (f->code != MPR_OK)
+        return f->remote ? mpri_error_set_remote(f->remote) : mpr_error_set(f->code, "%s", mpr_future_error_message(f));
     *value = mpr_value_retain(f->value);
     return MPR_OK;
 }

@@ -145,10 +145,14 @@ mpr_value_t *mpr_value_list_of(int n, ...) {
     va_start(ap, n);
     mpr_value_t **items = calloc(n > 0 ? (size_t)n : 1, sizeof *items);
     bool ok = items != NULL;
+    bool null_item = false;
     for (int i = 0; i < n; i++) {
         mpr_value_t *item = va_arg(ap, mpr_value_t *);
-        if (items) items[i] = item;
-        if (!item) ok = false;
+        if (items)
+            items[i] = item;
+        else
+            mpr_value_release(item); /* owned even when the list cannot be made */
+        if (!item) ok = false, null_item = true;
     }
     va_end(ap);
     mpr_value_t *list = ok ? value_alloc(MPR_VALUE_LIST) : NULL;
@@ -157,7 +161,10 @@ mpr_value_t *mpr_value_list_of(int n, ...) {
             for (int i = 0; i < n; i++) mpr_value_release(items[i]);
         free(items);
         if (ok) return NULL; /* value_alloc set the error */
-        mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_list_of: an item is NULL");
+        if (null_item)
+            mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_value_list_of: an item is NULL");
+        else
+            mpr_error_set(MPR_ERR_NOMEM, "mpr_value_list_of: out of memory");
         return NULL;
     }
     list->u.list.items = items;

@@ -106,7 +106,7 @@ mpri_owner_t *mpri_owner_new_local(mpri_gid_t id, mpr_value_t *value);
 void mpri_owner_retain(mpri_owner_t *o);
 void mpri_owner_release(mpri_owner_t *o);
 /* Fork set changes (idempotent). */
-void mpri_owner_add_fork(mpri_owner_t *o, mpri_gid_t fork);
+bool mpri_owner_add_fork(mpri_owner_t *o, mpri_gid_t fork); /* false: out of memory (error set) */
 void mpri_owner_del_fork(mpri_gid_t id, mpri_gid_t fork);
 /* Complete the creation: value (borrowed) or error. Idempotent (later calls ignored). */
 void mpri_owner_set_value(mpri_owner_t *o, mpr_err_t code, const char *message, mpr_value_t *value);

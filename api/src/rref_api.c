@@ -84,7 +84,10 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
         }
     }
     if (!r) {
-        if (c && c->owner) mpri_owner_release(c->owner);
+        if (c && c->owner) { /* the pending record leaves the owners table */
+            mpri_owner_set_value(c->owner, MPR_ERR_NOMEM, "remote: out of memory", NULL);
+            mpri_owner_release(c->owner);
+        }
         free(c);
         mpri_outmsg_fini(&m);
         mpr_error_set(MPR_ERR_NOMEM, "remote '%s': out of memory", fn);
@@ -104,10 +107,12 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
         if (c->user) {
             mpri_rref_user_fail(c->user, MPR_ERR_NOMEM, "remote: out of memory");
             mpr_rref_release(c->user);
-        } else {
+        } else { /* the pending record fails (to_here reports it) and leaves the table */
+            mpri_owner_set_value(c->owner, MPR_ERR_NOMEM, "remote: out of memory", NULL);
             mpri_owner_release(c->owner);
         }
         atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
+        mpr_future_release(f);
         free(c);
     }
     return r;

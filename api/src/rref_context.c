@@ -304,17 +304,21 @@ static bool fork_append(mpri_owner_t *o, mpri_gid_t fork, int kind) {
     return true;
 }
 
-void mpri_owner_add_fork(mpri_owner_t *o, mpri_gid_t fork) {
+bool mpri_owner_add_fork(mpri_owner_t *o, mpri_gid_t fork) {
     pthread_mutex_lock(&CTX.lock);
     ssize_t i = fork_find(o, fork);
+    bool ok = true;
     if (i >= 0 && o->forks[i].kind == FORK_TOMBSTONE)
         fork_remove(o, (size_t)i); /* its delete came first: both seen */
-    else if (i < 0 && !fork_append(o, fork, FORK_LIVE))
+    else if (i < 0 && !(ok = fork_append(o, fork, FORK_LIVE)))
         fprintf(stderr, "mpirpc: out of memory recording a fork of RRef(%u:%llu)\n", o->id.rank,
                 (unsigned long long)o->id.seq);
     bool drop = owner_settle_locked(o);
     pthread_mutex_unlock(&CTX.lock);
     if (drop) mpri_owner_release(o);
+    if (!ok) mpr_error_set(MPR_ERR_NOMEM, "RRef(%u:%llu): out of memory recording a fork", o->id.rank,
+                           (unsigned long long)o->id.seq);
+    return ok;
 }
 
 void mpri_owner_del_fork(mpri_gid_t id, mpri_gid_t fork) {

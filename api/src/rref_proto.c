@@ -270,7 +270,7 @@ static mpr_err_t rref_encode(void *p, mpri_buf_t *out, int dst_rank) {
     }
     mpri_gid_t fork = mpri_gid_new();
     if (r->is_owner) {
-        mpri_owner_add_fork(r->owner, fork); /* early fork registration */
+        if (!mpri_owner_add_fork(r->owner, fork)) return mpr_last_error_code(); /* early fork registration */
     } else {
         mpri_rref_add_pending_child(fork, mpr_rref_retain(r)); /* G2: kept until CHILD_ACCEPT */
     }

@@ -137,12 +137,16 @@ size_t mpr_tensor_dict_count(const mpr_tensor_dict_t *d) {
 
 const char *mpr_tensor_dict_name(const mpr_tensor_dict_t *d, size_t i) {
     MPRI_ARG_NONNULL_OR(d, NULL);
-    return d && i < d->count ? d->names[i] : NULL;
+    if (d && i < d->count) return d->names[i];
+    if (d) mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_tensor_dict_name: entry %zu out of range (%zu entries)", i, d->count);
+    return NULL;
 }
 
 mpr_tensor_t *mpr_tensor_dict_tensor(const mpr_tensor_dict_t *d, size_t i) {
     MPRI_ARG_NONNULL_OR(d, NULL);
-    return d && i < d->count ? d->tensors[i] : NULL;
+    if (d && i < d->count) return d->tensors[i];
+    if (d) mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_tensor_dict_tensor: entry %zu out of range (%zu entries)", i, d->count);
+    return NULL;
 }
 
 mpr_err_t mpr_tensor_dict_set_meta(mpr_tensor_dict_t *d, const char *key, const char *value) {

@@ -60,7 +60,8 @@ mpr_err_t mpr_tensor_dict_set(mpr_tensor_dict_t *d, const char *name, mpr_tensor
  * MPR_ERR_NOT_FOUND when absent. */
 mpr_tensor_t *mpr_tensor_dict_get(const mpr_tensor_dict_t *d, const char *name);
 size_t mpr_tensor_dict_count(const mpr_tensor_dict_t *d);
-/* Name / borrowed tensor of entry i (0 <= i < count), NULL when out of range. */
+/* Name / borrowed tensor of entry i (0 <= i < count); NULL with MPR_ERR_INVALID_ARG
+ * when out of range. */
 const char *mpr_tensor_dict_name(const mpr_tensor_dict_t *d, size_t i);
 mpr_tensor_t *mpr_tensor_dict_tensor(const mpr_tensor_dict_t *d, size_t i);
 /* String metadata (both strings copied); saved as safetensors "__metadata__". */
