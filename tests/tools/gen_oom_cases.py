@@ -55,6 +55,8 @@ ARG = {
     ("mpr_safetensors_decode", "len"): "oom_safetensors_len",
     ("mpr_tensor_npy_decode", "buf"): "oom_npy_bytes",
     ("mpr_tensor_npy_decode", "len"): "oom_npy_len",
+    ("mpr_tensor_load_npy", "path"): "oom_npy_path",
+    ("mpr_safetensors_load", "path"): "oom_safetensors_path",
 }
 VARARGS.update({
     "mpr_value_pack": ("", "(int64_t)3, \"s\""),

@@ -283,6 +283,7 @@ static void oom_check_future(oom_case_t *c, mpr_future_t *f) {
 
 static void *oom_npy_bytes, *oom_safetensors_bytes;
 static size_t oom_npy_len, oom_safetensors_len;
+static char oom_npy_path[64], oom_safetensors_path[64]; /* the same, as files */
 static int oom_object;
 
 static mpr_err_t oom_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
@@ -300,6 +301,10 @@ static void setup_bytes(void) {
     extra_setup();
     assert_int_equal(mpr_tensor_npy_encode(fx.t, &oom_npy_bytes, &oom_npy_len), MPR_OK);
     assert_int_equal(mpr_safetensors_encode(fx.d, &oom_safetensors_bytes, &oom_safetensors_len), MPR_OK);
+    snprintf(oom_npy_path, sizeof oom_npy_path, "/tmp/mpirpc_oom_%d.npy", (int)getpid());
+    snprintf(oom_safetensors_path, sizeof oom_safetensors_path, "/tmp/mpirpc_oom_%d.safetensors", (int)getpid());
+    assert_int_equal(mpr_tensor_save_npy(fx.t, oom_npy_path), MPR_OK);
+    assert_int_equal(mpr_safetensors_save(fx.d, oom_safetensors_path), MPR_OK);
     fx_teardown();
 }
 
@@ -515,6 +520,8 @@ static int group_setup(void **state) {
 static int group_teardown(void **state) {
     free(oom_npy_bytes);
     free(oom_safetensors_bytes);
+    unlink(oom_npy_path);
+    unlink(oom_safetensors_path);
     return mpr_shutdown(true) == MPR_OK ? 0 : -1;
 }
 
