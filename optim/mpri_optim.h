@@ -1,35 +1,85 @@
 /* mpri_optim.h — internal layout shared by the local optimizers (the .c
- * files of optim/), not installed: a vtable per algorithm and common fields.
+ * files of optim/), not installed: a vtable per algorithm, the common
+ * optimizer object and the per-parameter state every algorithm keeps.
  *
  * The generic layer (optimizer.c) owns the parameter references (contiguous
- * CPU float tensors, checked by mpri_optimizer_new), validates
- * gradients (shape, dtype, contiguity) and calls the algorithm's step with
- * one contiguous gradient per parameter (NULL = skip that parameter); the
- * algorithm updates parameters in place and bumps their storage version. */
+ * CPU float tensors, checked by mpri_optimizer_new), validates gradients
+ * (shape, dtype, contiguity), keeps per parameter a step count and the
+ * algorithm's state buffers ("slots", named with PyTorch's state keys,
+ * created zero- or value-filled on the parameter's first step with a
+ * gradient), and calls the algorithm's update once per parameter that has a
+ * gradient; the algorithm updates the parameter and its slots in place, the
+ * generic layer bumps the parameter's storage version.
+ *
+ * Invariants: bufs[i * n_slots + k] is NULL or a contiguous CPU tensor of
+ * params[i]'s shape and dtype, owned by the optimizer; it is non-NULL only
+ * for slots the options use (vt->slot_used); steps[i] counts the updates
+ * parameter i received (PyTorch's state["step"]). */
 #ifndef MPRI_OPTIM_H
 #define MPRI_OPTIM_H
 
 #include "mpirpc/optim.h"
 #include "mpri_tensor.h"
 
+#define MPRI_OPTIM_MAX_SLOTS 3
+
 typedef struct mpri_optimizer_vtable {
-    const char *name;
-    /* grads[n_params]: contiguous, parameter's shape/dtype, or NULL. */
-    mpr_err_t (*step)(mpr_optimizer_t *opt, mpr_tensor_t *const *grads);
-    void (*destroy)(mpr_optimizer_t *opt); /* frees `state`; may be NULL */
+    const char *name; /* PyTorch's class name: "Adam" */
+    const char *kind; /* mpr_optimizer_create's kind: "adam" */
+    void (*defaults)(mpr_optim_options_t *o);
+    /* MPR_OK or MPR_ERR_INVALID_ARG with PyTorch's message for bad options. */
+    mpr_err_t (*check)(const mpr_optim_options_t *o);
+    int n_slots;
+    const char *slot_names[MPRI_OPTIM_MAX_SLOTS]; /* PyTorch's state keys */
+    /* Whether slot k exists under options o, and the value it starts with. */
+    bool (*slot_used)(const mpr_optim_options_t *o, int k, double *init);
+    /* Update contiguous p (n elements) from contiguous g: slots[k] are the data
+     * of the used slots (NULL otherwise), step the count including this step. */
+    void (*update_f32)(const mpr_optim_options_t *o, int64_t n, float *p, const float *g,
+                       float *const *slots, int64_t step);
+    void (*update_f64)(const mpr_optim_options_t *o, int64_t n, double *p, const double *g,
+                       double *const *slots, int64_t step);
 } mpri_optimizer_vtable_t;
 
 struct mpr_optimizer {
     const mpri_optimizer_vtable_t *vt;
     int n_params;
     mpr_tensor_t **params; /* owned references */
-    double lr;
-    void *state;           /* algorithm-specific */
+    mpr_optim_options_t o; /* o.lr is the current learning rate */
+    int64_t *steps;        /* [n_params] */
+    mpr_tensor_t **bufs;   /* [n_params * vt->n_slots], NULL until used */
 };
 
+/* The algorithms (one file each). */
+extern const mpri_optimizer_vtable_t mpri_sgd_vt, mpri_adagrad_vt, mpri_adam_vt, mpri_adamw_vt,
+    mpri_rmsprop_vt;
+
+/* The vtable of `kind`, or NULL with MPR_ERR_INVALID_ARG naming the known
+ * kinds (`what` starts the message). */
+const mpri_optimizer_vtable_t *mpri_optim_find(const char *kind, const char *what);
+
 /* Allocates an optimizer over params[n] (references taken) after checking
- * each is a contiguous CPU float tensor; NULL with an error naming `name`. */
+ * each is a contiguous CPU float tensor and vt->check accepts *o; NULL with
+ * an error naming vt->name. */
 mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tensor_t *const *params,
-                                    int n, double lr);
+                                    int n, const mpr_optim_options_t *o);
+
+/* Checks shared by the algorithms' check functions: MPR_ERR_INVALID_ARG
+ * "<name>: Invalid <what> value: <v>" unless v >= 0 (NaN fails too). */
+mpr_err_t mpri_optim_check_nonneg(const char *name, const char *what, double v);
+/* ... unless 0 <= v < 1 ("Invalid beta parameter at index <i>"). */
+mpr_err_t mpri_optim_check_beta(const char *name, int index, double v);
+
+/* Shared by Adam and AdamW (adam.c): their option checks (errors start with
+ * `name`) and slots (exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad). */
+mpr_err_t mpri_adam_check_named(const char *name, const mpr_optim_options_t *o);
+bool mpri_adam_slot_used(const mpr_optim_options_t *o, int k, double *init);
+
+/* The gradient PyTorch's step starts from: -g with maximize, plus
+ * weight_decay * p (L2, coupled) when wd != 0. Scalars are in the tensor's
+ * dtype T, as PyTorch casts them. */
+#define MPRI_OPTIM_GRAD(T, o, gj, pj) \
+    ((o)->weight_decay != 0 ? ((o)->maximize ? -(gj) : (gj)) + (T)(o)->weight_decay * (pj) \
+                            : ((o)->maximize ? -(gj) : (gj)))
 
 #endif

@@ -1,23 +1,29 @@
 /* optimizer.c — the algorithm-independent part of local optimizers:
- * parameter references, gradient collection and validation, zero_grad,
- * learning rate, destruction. mpr_optimizer_step uses each parameter's
- * .grad; mpr_optimizer_step_grads takes the gradients explicitly (e.g. from
- * a distributed autograd context); a NULL gradient skips its parameter.
+ * parameter references, per-parameter state (step counts and the
+ * algorithm's slot buffers, created on first use), gradient collection and
+ * validation, the step loop, zero_grad, learning rate, destruction.
+ * mpr_optimizer_step uses each parameter's .grad; mpr_optimizer_step_grads
+ * takes the gradients explicitly (e.g. from a distributed autograd context);
+ * a NULL gradient skips its parameter (its state is left alone).
  *
  * Invariants: parameters are contiguous CPU float tensors (checked at
  * creation); an optimizer holds one reference to each parameter for its
  * whole life; step runs with grad mode off (restored afterwards) and hands
  * the algorithm only gradients that match their parameter's shape and dtype
- * and are contiguous; a failed validation changes no parameter. */
+ * and are contiguous; a failed validation changes no parameter. State
+ * buffers are created for every parameter with a gradient before any
+ * parameter is updated, so an allocation failure changes nothing either. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpri_args.h"
 #include "mpirpc/tensor_ops.h"
+#include "mpri_autograd.h"
 #include "mpri_optim.h"
 
 mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tensor_t *const *params,
-                                    int n, double lr) {
+                                    int n, const mpr_optim_options_t *opts) {
+    if (vt->check(opts) != MPR_OK) return NULL;
     if (!params || n < 1) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "%s: needs at least one parameter (got %d)", vt->name, n);
         return NULL;
@@ -41,9 +47,13 @@ mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tenso
     }
     mpr_optimizer_t *o = calloc(1, sizeof *o);
     mpr_tensor_t **ps = calloc((size_t)n, sizeof *ps);
-    if (!o || !ps) {
+    int64_t *steps = calloc((size_t)n, sizeof *steps);
+    mpr_tensor_t **bufs = calloc((size_t)n * (size_t)(vt->n_slots ? vt->n_slots : 1), sizeof *bufs);
+    if (!o || !ps || !steps || !bufs) {
         free(o);
         free(ps);
+        free(steps);
+        free(bufs);
         mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", vt->name);
         return NULL;
     }
@@ -51,8 +61,60 @@ mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tenso
     o->vt = vt;
     o->n_params = n;
     o->params = ps;
-    o->lr = lr;
+    o->o = *opts;
+    o->steps = steps;
+    o->bufs = bufs;
     return o;
+}
+
+/* Create the slot buffers parameter i lacks (those its options use). */
+static mpr_err_t ensure_slots(mpr_optimizer_t *opt, int i) {
+    const mpri_optimizer_vtable_t *vt = opt->vt;
+    mpr_tensor_t *p = opt->params[i];
+    for (int k = 0; k < vt->n_slots; k++) {
+        double init = 0;
+        mpr_tensor_t **b = &opt->bufs[i * vt->n_slots + k];
+        if (*b || !vt->slot_used(&opt->o, k, &init)) continue;
+        /* mpr_tensor_empty: the optimizer owns it even inside an open scope */
+        mpr_tensor_t *t = mpr_tensor_empty(p->dtype, p->ndim, p->shape);
+        if (!t) return mpr_last_error_code();
+        int64_t n = mpr_tensor_numel(t);
+        if (p->dtype == MPR_F32)
+            for (int64_t j = 0; j < n; j++) ((float *)mpr_tensor_data(t))[j] = (float)init;
+        else
+            for (int64_t j = 0; j < n; j++) ((double *)mpr_tensor_data(t))[j] = init;
+        *b = t;
+    }
+    return MPR_OK;
+}
+
+/* One parameter's update through the algorithm's kernel of its dtype. */
+static void update_param(mpr_optimizer_t *opt, int i, mpr_tensor_t *g) {
+    const mpri_optimizer_vtable_t *vt = opt->vt;
+    mpr_tensor_t *p = opt->params[i];
+    void *slots[MPRI_OPTIM_MAX_SLOTS] = {0};
+    for (int k = 0; k < vt->n_slots; k++) {
+        mpr_tensor_t *b = opt->bufs[i * vt->n_slots + k];
+        slots[k] = b ? mpr_tensor_data(b) : NULL;
+    }
+    int64_t n = mpr_tensor_numel(p), step = ++opt->steps[i];
+    if (p->dtype == MPR_F32)
+        vt->update_f32(&opt->o, n, mpr_tensor_data(p), mpr_tensor_data(g), (float *const *)slots, step);
+    else
+        vt->update_f64(&opt->o, n, mpr_tensor_data(p), mpr_tensor_data(g), (double *const *)slots,
+                       step);
+    mpri_bump_version(p);
+}
+
+static mpr_err_t run_step(mpr_optimizer_t *opt, mpr_tensor_t *const *gs) {
+    for (int i = 0; i < opt->n_params; i++) {
+        if (!gs[i]) continue;
+        mpr_err_t e = ensure_slots(opt, i);
+        if (e != MPR_OK) return e;
+    }
+    for (int i = 0; i < opt->n_params; i++)
+        if (gs[i]) update_param(opt, i, gs[i]);
+    return MPR_OK;
 }
 
 static bool same_shape(const mpr_tensor_t *a, const mpr_tensor_t *b) {
@@ -95,7 +157,7 @@ mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *gr
     }
     if (e == MPR_OK) {
         bool prev = mpr_set_grad_enabled(false);
-        e = opt->vt->step(opt, gs);
+        e = run_step(opt, gs);
         mpr_set_grad_enabled(prev);
     }
     for (int i = 0; i < k && i < n; i++) mpr_tensor_release(gs[i]);
@@ -124,19 +186,21 @@ void mpr_optimizer_zero_grad(mpr_optimizer_t *opt) {
 
 void mpr_optimizer_destroy(mpr_optimizer_t *opt) {
     if (!opt) return;
-    if (opt->vt->destroy) opt->vt->destroy(opt);
+    for (int i = 0; i < opt->n_params * opt->vt->n_slots; i++) mpr_tensor_release(opt->bufs[i]);
     for (int i = 0; i < opt->n_params; i++) mpr_tensor_release(opt->params[i]);
+    free(opt->bufs);
+    free(opt->steps);
     free(opt->params);
     free(opt);
 }
 
 double mpr_optimizer_get_lr(const mpr_optimizer_t *opt) {
     MPRI_ARG_NONNULL_OR(opt, 0);
-    return opt ? opt->lr : 0.0;
+    return opt ? opt->o.lr : 0.0;
 }
 void mpr_optimizer_set_lr(mpr_optimizer_t *opt, double lr) {
     MPRI_ARG_NONNULL_OR(opt, );
-    if (opt) opt->lr = lr;
+    if (opt) opt->o.lr = lr;
 }
 int mpr_optimizer_num_params(const mpr_optimizer_t *opt) {
     MPRI_ARG_NONNULL_OR(opt, 0);
@@ -149,4 +213,16 @@ mpr_tensor_t *mpr_optimizer_param(const mpr_optimizer_t *opt, int i) {
 const char *mpr_optimizer_name(const mpr_optimizer_t *opt) {
     MPRI_ARG_NONNULL_OR(opt, NULL);
     return opt ? opt->vt->name : "?";
+}
+const char *mpr_optimizer_kind(const mpr_optimizer_t *opt) {
+    MPRI_ARG_NONNULL_OR(opt, NULL);
+    return opt ? opt->vt->kind : "?";
+}
+mpr_err_t mpr_optimizer_get_options(const mpr_optimizer_t *opt, mpr_optim_options_t *out) {
+    if (out) memset(out, 0, sizeof *out);
+    MPRI_ARG_NONNULL(opt);
+    MPRI_ARG_NONNULL(out);
+    if (!opt || !out) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer_get_options: NULL argument");
+    *out = opt->o;
+    return MPR_OK;
 }

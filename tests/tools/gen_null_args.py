@@ -41,6 +41,8 @@ NULL_OK = {
     ("mpr_future_set_error", "message"): "NULL means the code's text",
     ("mpr_future_then", "user_data"): "opaque user data",
     ("mpr_init", "opts"): "NULL means the defaults",
+    ("mpr_optimizer_state_export", "prefix"): "NULL means no prefix",
+    ("mpr_optimizer_state_import", "prefix"): "NULL means no prefix",
     ("mpr_module_create", "ctx"): "opaque user data",
     ("mpr_module_create", "ctx_free"): "nothing to free",
     ("mpr_module_parameter", "name"): "the name is optional",
@@ -108,6 +110,8 @@ INPUTS = {
     "mpr_optimizer_t *": "fx.opt", "const mpr_optimizer_t *": "fx.opt",
     "mpr_rref_t *": "fx.r", "const mpr_rref_t *": "fx.r",
     "const mpr_sgd_options_t *": "&fx.sgd",
+    "const mpr_optim_options_t *": "&fx.optim",
+    "mpr_lr_scheduler_t *": "fx.sched", "const mpr_lr_scheduler_t *": "fx.sched",
     "mpr_tensor_dict_t *": "fx.d", "const mpr_tensor_dict_t *": "fx.d",
     "const mpr_type_t *": "fx.type",
     "mpr_value_t *": "fx.v", "const mpr_value_t *": "fx.v",
@@ -134,6 +138,7 @@ OUTPUTS = {
     "int *": ("int", "7", "{v} == 0", None),
     "int64_t *": ("int64_t", "7", "{v} == 0", None),
     "size_t *": ("size_t", "7", "{v} == 0", None),
+    "mpr_optim_options_t *": ("mpr_optim_options_t", "{.lr = 7}", "{v}.lr == 0.0", None),
     "mpr_worker_info_t *": ("mpr_worker_info_t", "FX_STALE_WORKER", "{v}.rank == -1 && {v}.name[0] == '\\0'", None),
 }
 SCALARS = {"bool": "false", "double": "0.01", "int": "1", "int64_t": "1", "size_t": "1",
@@ -143,6 +148,7 @@ SCALARS = {"bool": "false", "double": "0.01", "int": "1", "int64_t": "1", "size_
 RELEASE_RESULT = {"mpr_tensor_t *": "mpr_tensor_release", "mpr_value_t *": "mpr_value_release",
                   "mpr_future_t *": "mpr_future_release", "mpr_rref_t *": "mpr_rref_release",
                   "mpr_module_t *": "mpr_module_destroy", "mpr_optimizer_t *": "mpr_optimizer_destroy",
+                  "mpr_lr_scheduler_t *": "mpr_lr_scheduler_destroy",
                   "mpr_batch_iter_t *": "mpr_batch_iter_destroy",
                   "mpr_tensor_dict_t *": "mpr_tensor_dict_destroy",
                   "mpr_generator_t *": "mpr_generator_destroy"}

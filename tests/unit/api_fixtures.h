@@ -31,6 +31,8 @@ static struct {
     char buf[4096];
     mpr_worker_info_t w;
     mpr_sgd_options_t sgd;
+    mpr_optim_options_t optim;
+    mpr_lr_scheduler_t *sched;
     mpr_init_options_t opts;
     mpr_debug_info_t dbg;
 } fx;
@@ -84,6 +86,8 @@ static void fx_setup(bool running) {
     fx.farr[0] = fx.f;
     fx.m = mpr_linear_create(3, 2, true, MPR_F32, NULL);
     fx.opt = mpr_sgd_create(fx.tarr, 2, &fx.sgd);
+    mpr_optim_options_default("adam", &fx.optim);
+    fx.sched = fx.opt ? mpr_lr_step_create(fx.opt, 2, 0.5) : NULL;
     fx.it = mpr_batch_iter_create(fx.t, NULL, 1, false, false, 1);
     fx.d = mpr_tensor_dict_create();
     fx.gen = mpr_generator_create(1);
@@ -96,6 +100,7 @@ static void fx_setup(bool running) {
     assert_non_null(fx.f);
     assert_non_null(fx.m);
     assert_non_null(fx.opt);
+    assert_non_null(fx.sched);
     assert_non_null(fx.it);
     assert_non_null(fx.d);
     assert_non_null(fx.gen);
@@ -107,6 +112,7 @@ static void fx_teardown(void) {
     mpr_generator_destroy(fx.gen);
     mpr_tensor_dict_destroy(fx.d);
     mpr_batch_iter_destroy(fx.it);
+    mpr_lr_scheduler_destroy(fx.sched);
     mpr_optimizer_destroy(fx.opt);
     mpr_module_destroy(fx.m);
     mpr_future_release(fx.f);
