@@ -150,6 +150,11 @@ mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *gr
                               mpr_shape_str(p->ndim, p->shape, bp, sizeof bp));
             break;
         }
+        if (g->storage->device != p->storage->device) {
+            e = mpr_error_set(MPR_ERR_INVALID_ARG, "%s step: gradient %d is on %s but its parameter is on the CPU",
+                              opt->vt->name, k, g->storage->device >= 0 ? "a CUDA device" : "another device");
+            break;
+        }
         if (!(gs[k] = mpr_tensor_contiguous(g))) {
             e = mpr_last_error_code();
             break;

@@ -93,7 +93,10 @@ mpr_optimizer_t *mpr_sgd_create(mpr_tensor_t *const *params, int n, const mpr_sg
 /* One update from each parameter's .grad. */
 mpr_err_t mpr_optimizer_step(mpr_optimizer_t *opt);
 /* One update from grads[i] for params[i] (borrowed; NULL entries skip that
- * parameter). Each grad must match its parameter's shape and dtype. */
+ * parameter). Each grad must match its parameter's shape and dtype and be a
+ * CPU tensor (any strides); otherwise nothing changes (MPR_ERR_SHAPE /
+ * MPR_ERR_INVALID_ARG). A parameter's state is created on its first step
+ * with a gradient. */
 mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *grads, int n);
 /* Drop every parameter's .grad (set_to_none). */
 void mpr_optimizer_zero_grad(mpr_optimizer_t *opt);
