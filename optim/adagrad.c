@@ -35,21 +35,27 @@ static bool adagrad_slot_used(const mpr_optim_options_t *o, int k, double *init)
     return true;
 }
 
-#define ADAGRAD_UPDATE(T, NAME, SQRT)                                                            \
-    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p, const T *g, T *const *slots,  \
+/* One specialized loop (HAS_WD literal 0/1) over ADAGRAD_UPDATE's locals. */
+#define ADAGRAD_LOOP(HAS_WD, UNUSED)                                                             \
+    for (int64_t j = 0; j < n; j++) {                                                            \
+        __typeof__(*p) d = MPRI_OPTIM_D(HAS_WD, sign, wd, g[j], p[j]);                           \
+        sum[j] = sum[j] + one * d * d;                                                           \
+        __typeof__(*p) std = MPRI_OPTIM_SQRT(sum[j]) + eps;                                      \
+        p[j] = p[j] + neg_clr * d / std;                                                         \
+    }
+
+#define ADAGRAD_UPDATE(T, NAME)                                                                  \
+    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p_, const T *g_, T *const *slots, \
                      int64_t step) {                                                             \
         double clr = o->lr / (1 + (double)(step - 1) * o->lr_decay);                             \
         T neg_clr = (T)-clr, eps = (T)o->eps, one = 1;                                           \
-        T *sum = slots[0];                                                                       \
-        for (int64_t j = 0; j < n; j++) {                                                        \
-            T d = MPRI_OPTIM_GRAD(T, o, g[j], p[j]);                                             \
-            sum[j] = sum[j] + one * d * d;                                                       \
-            T std = SQRT(sum[j]) + eps;                                                          \
-            p[j] = p[j] + neg_clr * d / std;                                                     \
-        }                                                                                        \
+        T sign = o->maximize ? -1 : 1, wd = (T)o->weight_decay;                                  \
+        T *restrict p = p_, *restrict sum = slots[0];                                            \
+        const T *restrict g = g_;                                                                \
+        MPRI_OPTIM_SPECIALIZE2(o->weight_decay != 0, 0, ADAGRAD_LOOP);                           \
     }
-ADAGRAD_UPDATE(float, adagrad_f32, sqrtf)
-ADAGRAD_UPDATE(double, adagrad_f64, sqrt)
+ADAGRAD_UPDATE(float, adagrad_f32)
+ADAGRAD_UPDATE(double, adagrad_f64)
 
 const mpri_optimizer_vtable_t mpri_adagrad_vt = {
     .name = "Adagrad",

@@ -39,27 +39,37 @@ bool mpri_adam_slot_used(const mpr_optim_options_t *o, int k, double *init) {
     return k < 2 || o->amsgrad;
 }
 
-#define ADAM_UPDATE(T, NAME, SQRT)                                                               \
-    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p, const T *g, T *const *slots,  \
+/* One specialized loop (HAS_WD, AMS literal 0/1) over ADAM_UPDATE's locals. */
+#define ADAM_LOOP(HAS_WD, AMS)                                                                   \
+    for (int64_t j = 0; j < n; j++) {                                                            \
+        __typeof__(*p) d = MPRI_OPTIM_D(HAS_WD, sign, wd, g[j], p[j]);                           \
+        m[j] = m[j] * b1;                                                                        \
+        m[j] = m[j] + c1 * d;                                                                    \
+        v[j] = v[j] * b2;                                                                        \
+        v[j] = v[j] + c2 * d * d;                                                                \
+        __typeof__(*p) vv = v[j];                                                                \
+        if (AMS) {                                                                               \
+            __typeof__(*p) mx = vmax[j];                                                         \
+            vv = mx > vv || mx != mx ? mx : vv; /* torch.maximum: NaN wins */                    \
+            vmax[j] = vv;                                                                        \
+        }                                                                                        \
+        __typeof__(*p) denom = MPRI_OPTIM_SQRT(vv) / bc2_sqrt + eps;                             \
+        p[j] = p[j] + neg_step * m[j] / denom;                                                   \
+    }
+
+#define ADAM_UPDATE(T, NAME)                                                                     \
+    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p_, const T *g_, T *const *slots, \
                      int64_t step) {                                                             \
         double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);     \
         T b1 = (T)o->beta1, c1 = (T)(1 - o->beta1), b2 = (T)o->beta2, c2 = (T)(1 - o->beta2);    \
         T bc2_sqrt = (T)sqrt(bc2), eps = (T)o->eps, neg_step = (T)(-(o->lr / bc1));              \
-        T *m = slots[0], *v = slots[1], *vmax = slots[2];                                        \
-        for (int64_t j = 0; j < n; j++) {                                                        \
-            T d = MPRI_OPTIM_GRAD(T, o, g[j], p[j]);                                             \
-            m[j] = m[j] * b1;                                                                    \
-            m[j] = m[j] + c1 * d;                                                                \
-            v[j] = v[j] * b2;                                                                    \
-            v[j] = v[j] + c2 * d * d;                                                            \
-            T vv = v[j];                                                                         \
-            if (vmax) vv = vmax[j] = vmax[j] > vv || isnan(vmax[j]) ? vmax[j] : vv;              \
-            T denom = SQRT(vv) / bc2_sqrt + eps;                                                 \
-            p[j] = p[j] + neg_step * m[j] / denom;                                               \
-        }                                                                                        \
+        T sign = o->maximize ? -1 : 1, wd = (T)o->weight_decay;                                  \
+        T *restrict p = p_, *restrict m = slots[0], *restrict v = slots[1], *restrict vmax = slots[2]; \
+        const T *restrict g = g_;                                                                \
+        MPRI_OPTIM_SPECIALIZE2(o->weight_decay != 0, vmax != NULL, ADAM_LOOP);                   \
     }
-ADAM_UPDATE(float, adam_f32, sqrtf)
-ADAM_UPDATE(double, adam_f64, sqrt)
+ADAM_UPDATE(float, adam_f32)
+ADAM_UPDATE(double, adam_f64)
 
 const mpri_optimizer_vtable_t mpri_adam_vt = {
     .name = "Adam",

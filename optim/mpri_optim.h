@@ -18,6 +18,8 @@
 #ifndef MPRI_OPTIM_H
 #define MPRI_OPTIM_H
 
+#include <math.h>
+
 #include "mpirpc/optim.h"
 #include "mpri_tensor.h"
 
@@ -75,11 +77,25 @@ mpr_err_t mpri_optim_check_beta(const char *name, int index, double v);
 mpr_err_t mpri_adam_check_named(const char *name, const mpr_optim_options_t *o);
 bool mpri_adam_slot_used(const mpr_optim_options_t *o, int k, double *init);
 
-/* The gradient PyTorch's step starts from: -g with maximize, plus
- * weight_decay * p (L2, coupled) when wd != 0. Scalars are in the tensor's
- * dtype T, as PyTorch casts them. */
-#define MPRI_OPTIM_GRAD(T, o, gj, pj) \
-    ((o)->weight_decay != 0 ? ((o)->maximize ? -(gj) : (gj)) + (T)(o)->weight_decay * (pj) \
-                            : ((o)->maximize ? -(gj) : (gj)))
+/* The gradient PyTorch's step starts from: sign * g (sign = -1 with
+ * maximize, an exact negation) plus wd * p (L2, coupled) when HAS_WD.
+ * Scalars are in the tensor's dtype, as PyTorch casts them. */
+#define MPRI_OPTIM_D(HAS_WD, sign, wd, gj, pj) ((HAS_WD) ? (sign) * (gj) + (wd) * (pj) : (sign) * (gj))
+
+/* Expand BODY(f1, f2[, f3]) once per combination of the run-time flags, with
+ * literal 0/1 arguments, so each kernel loop is specialized (no branch inside
+ * it: the compiler vectorizes it). */
+#define MPRI_OPTIM_SPECIALIZE2(a, b, BODY) \
+    do {                                   \
+        if (a) {                           \
+            if (b) { BODY(1, 1); }         \
+            else { BODY(1, 0); }           \
+        } else {                           \
+            if (b) { BODY(0, 1); }         \
+            else { BODY(0, 0); }           \
+        }                                  \
+    } while (0)
+/* sqrtf for float, sqrt for double (both correctly rounded). */
+#define MPRI_OPTIM_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 
 #endif

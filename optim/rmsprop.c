@@ -36,37 +36,49 @@ static bool rmsprop_slot_used(const mpr_optim_options_t *o, int k, double *init)
     return k == SQUARE_AVG || (k == MOMENTUM_BUFFER && o->momentum > 0) || (k == GRAD_AVG && o->centered);
 }
 
-#define RMSPROP_UPDATE(T, NAME, SQRT)                                                            \
-    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p, const T *g, T *const *slots,  \
+/* One specialized loop (HAS_WD, CENTERED, MOMENTUM literal 0/1) over
+ * RMSPROP_UPDATE's locals. */
+#define RMSPROP_LOOP(HAS_WD, CENTERED, MOMENTUM)                                                 \
+    for (int64_t j = 0; j < n; j++) {                                                            \
+        __typeof__(*p) d = MPRI_OPTIM_D(HAS_WD, sign, wd, g[j], p[j]), avg;                      \
+        sq[j] = sq[j] * a;                                                                       \
+        sq[j] = sq[j] + c * d * d;                                                               \
+        if (CENTERED) {                                                                          \
+            ga[j] = ga[j] * a;                                                                   \
+            ga[j] = ga[j] + c * d;                                                               \
+            avg = MPRI_OPTIM_SQRT(sq[j] + minus_one * ga[j] * ga[j]);                            \
+        } else {                                                                                 \
+            avg = MPRI_OPTIM_SQRT(sq[j]);                                                        \
+        }                                                                                        \
+        avg = avg + eps;                                                                         \
+        if (MOMENTUM) {                                                                          \
+            buf[j] = buf[j] * mom;                                                               \
+            buf[j] = buf[j] + one * d / avg;                                                     \
+            p[j] = p[j] + neg_lr * buf[j];                                                       \
+        } else {                                                                                 \
+            p[j] = p[j] + neg_lr * d / avg;                                                      \
+        }                                                                                        \
+    }
+#define RMSPROP_LOOP_MOM(HAS_WD, CENTERED) RMSPROP_LOOP(HAS_WD, CENTERED, 1)
+#define RMSPROP_LOOP_PLAIN(HAS_WD, CENTERED) RMSPROP_LOOP(HAS_WD, CENTERED, 0)
+
+#define RMSPROP_UPDATE(T, NAME)                                                                  \
+    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p_, const T *g_, T *const *slots, \
                      int64_t step) {                                                             \
         (void)step;                                                                              \
         T a = (T)o->alpha, c = (T)(1 - o->alpha), eps = (T)o->eps, neg_lr = (T)-o->lr;           \
         T mom = (T)o->momentum, one = 1, minus_one = -1;                                         \
-        T *sq = slots[SQUARE_AVG], *buf = slots[MOMENTUM_BUFFER], *ga = slots[GRAD_AVG];         \
-        for (int64_t j = 0; j < n; j++) {                                                        \
-            T d = MPRI_OPTIM_GRAD(T, o, g[j], p[j]);                                             \
-            sq[j] = sq[j] * a;                                                                   \
-            sq[j] = sq[j] + c * d * d;                                                           \
-            T avg;                                                                               \
-            if (ga) {                                                                            \
-                ga[j] = ga[j] * a;                                                               \
-                ga[j] = ga[j] + c * d;                                                           \
-                avg = SQRT(sq[j] + minus_one * ga[j] * ga[j]);                                   \
-            } else {                                                                             \
-                avg = SQRT(sq[j]);                                                               \
-            }                                                                                    \
-            avg = avg + eps;                                                                     \
-            if (buf) {                                                                           \
-                buf[j] = buf[j] * mom;                                                           \
-                buf[j] = buf[j] + one * d / avg;                                                 \
-                p[j] = p[j] + neg_lr * buf[j];                                                   \
-            } else {                                                                             \
-                p[j] = p[j] + neg_lr * d / avg;                                                  \
-            }                                                                                    \
-        }                                                                                        \
+        T sign = o->maximize ? -1 : 1, wd = (T)o->weight_decay;                                  \
+        T *restrict p = p_, *restrict sq = slots[SQUARE_AVG], *restrict buf = slots[MOMENTUM_BUFFER]; \
+        T *restrict ga = slots[GRAD_AVG];                                                        \
+        const T *restrict g = g_;                                                                \
+        if (buf)                                                                                 \
+            MPRI_OPTIM_SPECIALIZE2(o->weight_decay != 0, ga != NULL, RMSPROP_LOOP_MOM);          \
+        else                                                                                     \
+            MPRI_OPTIM_SPECIALIZE2(o->weight_decay != 0, ga != NULL, RMSPROP_LOOP_PLAIN);        \
     }
-RMSPROP_UPDATE(float, rmsprop_f32, sqrtf)
-RMSPROP_UPDATE(double, rmsprop_f64, sqrt)
+RMSPROP_UPDATE(float, rmsprop_f32)
+RMSPROP_UPDATE(double, rmsprop_f64)
 
 const mpri_optimizer_vtable_t mpri_rmsprop_vt = {
     .name = "RMSprop",

@@ -40,19 +40,36 @@ static bool sgd_slot_used(const mpr_optim_options_t *o, int k, double *init) {
     return o->momentum != 0;
 }
 
-#define SGD_UPDATE(T, NAME)                                                                     \
-    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p, const T *g, T *const *slots, \
-                     int64_t step) {                                                            \
+/* One specialized loop (HAS_WD, MODE literal: 0 no momentum, 1 first step
+ * (buf = d), 2 momentum, 3 nesterov) over SGD_UPDATE's locals. */
+#define SGD_LOOP(HAS_WD, MODE)                                                                   \
+    for (int64_t j = 0; j < n; j++) {                                                            \
+        __typeof__(*p) d = MPRI_OPTIM_D(HAS_WD, sign, wd, g[j], p[j]);                           \
+        if (MODE >= 1) {                                                                         \
+            buf[j] = MODE == 1 ? d : buf[j] * mom + damp * d;                                    \
+            d = nesterov ? d + mom * buf[j] : buf[j];                                            \
+        }                                                                                        \
+        p[j] = p[j] + neg_lr * d;                                                                \
+    }
+#define SGD_MODES(HAS_WD)                                                                        \
+    do {                                                                                         \
+        if (!buf) { SGD_LOOP(HAS_WD, 0); }                                                       \
+        else if (step == 1) { SGD_LOOP(HAS_WD, 1); }                                             \
+        else { SGD_LOOP(HAS_WD, 2); }                                                            \
+    } while (0)
+
+#define SGD_UPDATE(T, NAME)                                                                      \
+    static void NAME(const mpr_optim_options_t *o, int64_t n, T *p_, const T *g_, T *const *slots, \
+                     int64_t step) {                                                             \
         T neg_lr = (T)-o->lr, mom = (T)o->momentum, damp = (T)(1 - o->dampening);               \
-        T *buf = slots[0];                                                                      \
-        for (int64_t j = 0; j < n; j++) {                                                       \
-            T d = MPRI_OPTIM_GRAD(T, o, g[j], p[j]);                                            \
-            if (buf) {                                                                          \
-                buf[j] = step == 1 ? d : buf[j] * mom + damp * d;                               \
-                d = o->nesterov ? d + mom * buf[j] : buf[j];                                    \
-            }                                                                                   \
-            p[j] = p[j] + neg_lr * d;                                                           \
-        }                                                                                       \
+        T sign = o->maximize ? -1 : 1, wd = (T)o->weight_decay;                                  \
+        bool nesterov = o->nesterov;                                                             \
+        T *restrict p = p_, *restrict buf = slots[0];                                            \
+        const T *restrict g = g_;                                                                \
+        if (o->weight_decay != 0)                                                                \
+            SGD_MODES(1);                                                                        \
+        else                                                                                     \
+            SGD_MODES(0);                                                                        \
     }
 SGD_UPDATE(float, sgd_f32)
 SGD_UPDATE(double, sgd_f64)
