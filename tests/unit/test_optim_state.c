@@ -6,6 +6,7 @@
  *  - export/import with a prefix beside a model's tensors in one dict;
  *  - a failed load (other kind, wrong shape, missing buffer, bad option)
  *    changes nothing: the run still continues bit-identically;
+ *  - a cosine schedule resumed across a checkpoint gives the same rates;
  *  - a parameter with no gradient is skipped and keeps no state;
  *  - unknown kinds and every PyTorch-rejected hyperparameter give
  *    MPR_ERR_INVALID_ARG with PyTorch's wording; defaults are PyTorch's. */
@@ -153,6 +154,40 @@ static void test_prefix_beside_model(void **state) {
     mpr_tensor_dict_destroy(d);
     assert_true(twin_steps(&t, 3, OT_STEPS));
     unlink(path);
+    twin_fini(&t);
+}
+
+/* A cosine schedule across a checkpoint: resumed as the header says, the
+ * rates and parameters equal those of a run that never stopped. */
+static void test_scheduler_resume(void **state) {
+    (void)state;
+    char path[400];
+    twin_t t;
+    twin_init(&t, "adamw_plain", "f64");
+    mpr_lr_scheduler_t *sa = mpr_lr_cosine_create(t.oa, 4, 1e-4), *sb = mpr_lr_cosine_create(t.ob, 4, 1e-4);
+    for (int s = 0; s < 3; s++) {
+        twin_steps(&t, s, s + 1);
+        mpr_lr_scheduler_step(sa);
+        mpr_lr_scheduler_step(sb);
+    }
+    snprintf(path, sizeof path, "%s/sched.safetensors", tmpdir);
+    assert_int_equal(mpr_optimizer_state_save(t.ob, path), MPR_OK);
+    int64_t epoch = mpr_lr_scheduler_last_epoch(sb);
+    mpr_lr_scheduler_destroy(sb);
+    mpr_optimizer_destroy(t.ob);
+    t.ob = make("adamw_plain", t.b, t.kind);
+    sb = mpr_lr_cosine_create(t.ob, 4, 1e-4);
+    assert_int_equal(mpr_optimizer_state_load(t.ob, path), MPR_OK);
+    assert_int_equal(mpr_lr_scheduler_set_last_epoch(sb, epoch), MPR_OK);
+    for (int s = 3; s < OT_STEPS; s++) {
+        assert_true(twin_steps(&t, s, s + 1));
+        mpr_lr_scheduler_step(sa);
+        mpr_lr_scheduler_step(sb);
+        assert_true(mpr_optimizer_get_lr(t.oa) == mpr_optimizer_get_lr(t.ob));
+    }
+    unlink(path);
+    mpr_lr_scheduler_destroy(sa);
+    mpr_lr_scheduler_destroy(sb);
     twin_fini(&t);
 }
 
@@ -374,7 +409,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_bit_identical), cmocka_unit_test(test_prefix_beside_model),
         cmocka_unit_test(test_bad_state_changes_nothing), cmocka_unit_test(test_skip_keeps_no_state),
-        cmocka_unit_test(test_options_and_errors),
+        cmocka_unit_test(test_options_and_errors), cmocka_unit_test(test_scheduler_resume),
     };
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mpirpc_optim_state_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;

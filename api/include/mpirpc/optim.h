@@ -156,8 +156,11 @@ mpr_lr_scheduler_t *mpr_lr_cosine_create(mpr_optimizer_t *opt, int64_t t_max, do
 mpr_err_t mpr_lr_scheduler_step(mpr_lr_scheduler_t *s);
 /* Epochs stepped so far (0 after create). */
 int64_t mpr_lr_scheduler_last_epoch(const mpr_lr_scheduler_t *s);
-/* Resume from a checkpoint: last_epoch and the optimizer's lr (restored with
- * the optimizer state) are taken as they are, as PyTorch's load_state_dict. */
+/* Resume from a checkpoint, as PyTorch's load_state_dict: create the
+ * optimizer and the scheduler as at the start (base_lr = the initial lr),
+ * load the optimizer state (which restores the current lr), then set the
+ * saved last_epoch; the following steps give the rates of a run that never
+ * stopped. */
 mpr_err_t mpr_lr_scheduler_set_last_epoch(mpr_lr_scheduler_t *s, int64_t last_epoch);
 void mpr_lr_scheduler_destroy(mpr_lr_scheduler_t *s);
 
