@@ -11,6 +11,8 @@ Writes into tests/data/ (next to this script's parent):
   ref_audit_ops.safetensors  more variants of those ops, same layout (test_ref_ops)
   ref_<model>.safetensors  small models: weights (PyTorch names), input, output, loss
                            and every parameter gradient (test_ref_models)
+(ref_optim.safetensors, optimizer trajectories and LR schedules, comes from the
+sibling gen_optim_refs.py.)
 Inputs are seeded, so reruns give identical files. Everything is float32 except
 index tensors (int64).
 """
