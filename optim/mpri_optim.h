@@ -95,6 +95,13 @@ bool mpri_adam_slot_used(const mpr_optim_options_t *o, int k, double *init);
             else { BODY(0, 0); }           \
         }                                  \
     } while (0)
+/* The fields of mpr_optim_options_t, X(name) each (doubles, then bools), so
+ * code that walks every option (checkpoints, copies) cannot miss one. */
+#define MPRI_OPTIM_DOUBLES(X)                                                                     \
+    X(lr) X(momentum) X(dampening) X(weight_decay) X(beta1) X(beta2) X(eps) X(alpha) X(lr_decay) \
+        X(initial_accumulator_value)
+#define MPRI_OPTIM_BOOLS(X) X(nesterov) X(amsgrad) X(centered) X(maximize)
+
 /* sqrtf for float, sqrt for double (both correctly rounded). */
 #define MPRI_OPTIM_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 

@@ -48,7 +48,15 @@ void mpr_optim_options_default(const char *kind, mpr_optim_options_t *out) {
     MPRI_ARG_NONNULL_OR(out, );
     if (!kind || !out) return;
     const mpri_optimizer_vtable_t *vt = mpri_optim_find(kind, "optim_options_default");
-    if (vt) vt->defaults(out);
+    if (!vt) return;
+    mpr_optim_options_t d;
+    vt->defaults(&d);
+    /* field by field into the zeroed *out: its padding bytes stay zero, so the
+     * struct can be sent (or compared) as bytes */
+#define COPY_FIELD(f) out->f = d.f;
+    MPRI_OPTIM_DOUBLES(COPY_FIELD)
+    MPRI_OPTIM_BOOLS(COPY_FIELD)
+#undef COPY_FIELD
 }
 
 mpr_optimizer_t *mpr_optimizer_create(const char *kind, mpr_tensor_t *const *params, int n,
@@ -65,12 +73,13 @@ mpr_optimizer_t *mpr_sgd_create(mpr_tensor_t *const *params, int n, const mpr_sg
     if (n > 0) MPRI_ARG_NONNULL_OR(params, NULL);
     MPRI_ARG_NONNULL_OR(opts, NULL);
     if (!opts) return NULL;
-    if (!(opts->lr > 0)) {
-        mpr_error_set(MPR_ERR_INVALID_ARG, "SGD: need lr > 0, got %g", opts->lr);
+    if (!(opts->lr > 0) || !(opts->dampening >= 0)) {
+        mpr_error_set(MPR_ERR_INVALID_ARG, "SGD: need lr > 0 and dampening >= 0, got lr %g dampening %g",
+                      opts->lr, opts->dampening);
         return NULL;
     }
     mpr_optim_options_t o;
-    mpri_sgd_vt.defaults(&o);
+    mpr_optim_options_default("sgd", &o);
     o.lr = opts->lr;
     o.momentum = opts->momentum;
     o.dampening = opts->dampening;

@@ -28,13 +28,6 @@
 
 #define STATE_FORMAT "mpirpc-optim-state-1"
 
-/* The options as (name, double field) / (name, bool field) tables, so export
- * and import walk the same list. */
-#define OPT_DOUBLES(X)                                                                            \
-    X(lr) X(momentum) X(dampening) X(weight_decay) X(beta1) X(beta2) X(eps) X(alpha) X(lr_decay) \
-        X(initial_accumulator_value)
-#define OPT_BOOLS(X) X(nesterov) X(amsgrad) X(centered) X(maximize)
-
 static void key(char *buf, size_t cap, const char *prefix, const char *name) {
     snprintf(buf, cap, "%s%s", prefix, name);
 }
@@ -75,8 +68,8 @@ mpr_err_t mpr_optimizer_state_export(const mpr_optimizer_t *opt, mpr_tensor_dict
 #define EXPORT_B(f)                                                          \
     key(k, sizeof k, prefix, #f);                                            \
     if ((e = mpr_tensor_dict_set_meta(d, k, opt->o.f ? "true" : "false"))) return e;
-    OPT_DOUBLES(EXPORT_D)
-    OPT_BOOLS(EXPORT_B)
+    MPRI_OPTIM_DOUBLES(EXPORT_D)
+    MPRI_OPTIM_BOOLS(EXPORT_B)
     for (int i = 0; i < opt->n_params; i++) {
         if (opt->steps[i] == 0) continue;
         snprintf(k, sizeof k, "%sstate.%d.step", prefix, i);
@@ -117,8 +110,8 @@ static mpr_err_t import_options(const mpr_tensor_dict_t *d, const char *prefix, 
         return mpr_error_set(MPR_ERR_DECODE, "optimizer state: option '%s' is '%s', not true/false", \
                              k, s);                                                               \
     o->f = strcmp(s, "true") == 0;
-    OPT_DOUBLES(IMPORT_D)
-    OPT_BOOLS(IMPORT_B)
+    MPRI_OPTIM_DOUBLES(IMPORT_D)
+    MPRI_OPTIM_BOOLS(IMPORT_B)
     return MPR_OK;
 }
 

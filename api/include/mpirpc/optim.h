@@ -46,7 +46,9 @@ typedef struct mpr_optimizer mpr_optimizer_t;
  *   adam:    lr, beta1, beta2, eps, weight_decay, amsgrad, maximize
  *   adamw:   lr, beta1, beta2, eps, weight_decay (decoupled), amsgrad, maximize
  *   rmsprop: lr, alpha, eps, weight_decay, momentum, centered, maximize
- * Start from mpr_optim_options_default(kind, &o) and change what differs. */
+ * Start from mpr_optim_options_default(kind, &o) and change what differs
+ * (it zeroes every byte first, padding included, so the struct can be sent
+ * or compared as bytes). */
 typedef struct mpr_optim_options {
     double lr, momentum, dampening, weight_decay, beta1, beta2, eps, alpha, lr_decay,
         initial_accumulator_value;
@@ -86,7 +88,7 @@ typedef struct {
 
 /* SGD through the older options struct (kept for existing callers): the same
  * as mpr_optimizer_create("sgd") with these fields and maximize off, except
- * that lr must be > 0 here. params: n >= 1 float tensors (borrowed; references
+ * that lr must be > 0 and dampening >= 0 here. params: n >= 1 float tensors (borrowed; references
  * taken). NULL with MPR_ERR_INVALID_ARG on bad options or parameters. */
 mpr_optimizer_t *mpr_sgd_create(mpr_tensor_t *const *params, int n, const mpr_sgd_options_t *opts);
 
