@@ -740,8 +740,31 @@ static void test_leak_loop(void) {
     if (me == 0) printf("leak loop: %d steps, contexts/nodes/tensors back to start on every rank\n", leak_steps);
 }
 
+/* `leak-report` mode (np2): rank 0 begins a context, calls rank 1 inside it
+ * and never ends it; graceful shutdown must name it on both ranks (ctest
+ * matches the report). */
+static int leak_report_mode(void) {
+    if (me == 0) {
+        int64_t ctx;
+        mpr_tensor_t *w = filled(2, 2, 0.3, true);
+        CHECK_OK(mpr_dist_context_begin(&ctx));
+        mpr_tensor_t *y = call_tensor(1, "mm", tensors2(w, w));
+        printf("context %lld left alive\n", (long long)ctx);
+        fflush(stdout);
+        mpr_tensor_release(y);
+        mpr_tensor_release(w);
+    }
+    mpitest_barrier();
+    mpr_debug_info_t d;
+    CHECK_OK(mpr_get_debug_info(&d));
+    CHECK(d.dist_contexts == 1); /* on both ranks: the root's and rank 1's copy */
+    CHECK_OK(mpr_shutdown(true));
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc > 1) leak_steps = atoi(argv[1]);
+    bool report = argc > 1 && strcmp(argv[1], "leak-report") == 0;
+    if (argc > 1 && !report) leak_steps = atoi(argv[1]);
     CHECK_OK(mpr_register_function("mm", fn_mm, NULL));
     CHECK_OK(mpr_register_function("slow_mm", fn_slow_mm, NULL));
     CHECK_OK(mpr_register_function("triple", fn_triple, NULL));
@@ -761,6 +784,7 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_init(&opts));
     me = mpitest_rank();
     n_ranks = mpr_world_size();
+    if (report) return leak_report_mode();
     CHECK(n_ranks >= 3);
     load_mlp_reference();
     RUN_TEST(test_requires_grad_on_the_wire);
