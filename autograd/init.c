@@ -1,13 +1,13 @@
-/* init.c — mpr_init: the autograd layer's init (distributed autograd's
- * handlers and hooks), then the api layer's (mpri_api_init), then the
- * runtime's (mpri_world_init).
+/* init.c — the autograd layer's init (distributed autograd's handlers and
+ * hooks, RemoteModule's functions), which the public mpr_init (optim/init.c, the highest layer that
+ * installs anything) runs after the optim layer's and before the api
+ * layer's (mpri_api_init) and the runtime's (mpri_world_init).
  *
  * Distributed autograd must be in place on every worker before the first
  * message can arrive, whether or not this worker ever begins a context (it
  * may be the callee of a call made inside one), so it is installed here and
  * not on first use. Layers install into the tables of the layers below
- * them, never the other way round, so the public mpr_init lives in the
- * highest layer that installs anything.
+ * them, never the other way round.
  *
  * Invariants: the steps run at most once per process; a failed step is a
  * bug in the library (a full table, a second set of call hooks) and is
@@ -16,7 +16,8 @@
 #include <stdio.h>
 
 #include "dist/mpri_dist.h"
-#include "mpri_init.h"
+#include "mpri_autograd_init.h"
+#include "nn/mpri_nn.h"
 
 static const struct {
     const char *name;
@@ -25,6 +26,7 @@ static const struct {
     {"dist autograd contexts", mpri_dist_context_install},
     {"dist autograd recording hooks", mpri_dist_record_install},
     {"dist autograd backward handler", mpri_dist_backward_install},
+    {"RemoteModule functions", mpri_remote_module_install},
 };
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -32,7 +34,7 @@ static bool done;
 static mpr_err_t result;
 static char failure[MPR_ERROR_TEXT_MAX];
 
-static mpr_err_t autograd_init(void) {
+mpr_err_t mpri_autograd_init(void) {
     pthread_mutex_lock(&init_lock);
     if (!done) {
         for (size_t i = 0; i < sizeof autograd_steps / sizeof autograd_steps[0] && !result; i++) {
@@ -48,10 +50,4 @@ static mpr_err_t autograd_init(void) {
     mpr_err_t e = result;
     pthread_mutex_unlock(&init_lock);
     return e ? mpr_error_set(e, "%s", failure) : MPR_OK;
-}
-
-mpr_err_t mpr_init(const mpr_init_options_t *opts) {
-    mpr_err_t e = autograd_init();
-    if (!e) e = mpri_api_init();
-    return e ? e : mpri_world_init(opts);
 }

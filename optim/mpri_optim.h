@@ -105,4 +105,8 @@ bool mpri_adam_slot_used(const mpr_optim_options_t *o, int k, double *init);
 /* sqrtf for float, sqrt for double (both correctly rounded). */
 #define MPRI_OPTIM_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
 
+/* The DistributedOptimizer's functions and object type (dist_optimizer.c);
+ * run by mpr_init (init.c). */
+mpr_err_t mpri_dist_optim_install(void);
+
 #endif

@@ -154,7 +154,9 @@ mpr_err_t mpri_remote_error_read(mpri_reader_t *r, mpri_remote_error_t *re) {
     if ((e = mpri_read_u32(r, &code)) || (e = mpri_read_u32(r, &rank)) || (e = mpri_read_u32(r, &hops)) ||
         (e = read_text(r, re->origin, sizeof re->origin)) || (e = read_text(r, re->chain, sizeof re->chain)))
         return e;
-    if (code == MPR_OK || code == MPR_ERR_REMOTE || code >= MPR_ERR_COUNT || (int32_t)rank < 0 ||
+    /* MPR_ERR_REMOTE as the origin's code: a function returned it without
+     * an origin (e.g. mpr_error_set(MPR_ERR_REMOTE, ...)): the code is unknown. */
+    if (code == MPR_OK || code >= MPR_ERR_COUNT || (int32_t)rank < 0 ||
         (int32_t)hops < 1)
         return mpr_error_set(MPR_ERR_DECODE, "remote error: code %u, origin rank %d, %d hops", code, (int32_t)rank,
                              (int32_t)hops);

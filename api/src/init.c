@@ -1,5 +1,5 @@
 /* init.c — the api layer's ordered init (mpri_api_init), which the public
- * mpr_init (autograd/init.c, the highest layer that installs anything) runs
+ * mpr_init (optim/init.c, the highest layer that installs anything) runs
  * after the layers above have installed theirs, before the runtime's.
  *
  * The runtime (runtime/) never names the layers above it: they plug in
@@ -10,7 +10,7 @@
  * subsystems, and mpr_init runs that list before the runtime's world init
  * (mpri_world_init, runtime/world.c) starts the threads that dispatch
  * messages. The public mpr_init therefore lives in the highest layer that
- * installs anything (autograd/init.c): calling down is allowed, calling up
+ * installs anything (optim/init.c): calling down is allowed, calling up
  * is not.
  *
  * Order: value kinds before handlers (a handler decodes values of those
@@ -79,7 +79,7 @@ mpr_err_t mpri_api_init(void) {
 
 #ifdef MPIRPC_CORE_ONLY
 /* Core-only builds (runtime and api, a developer option) have no autograd
- * layer, whose init.c holds the public mpr_init otherwise. */
+ * or optim layer; optim/init.c holds the public mpr_init otherwise. */
 mpr_err_t mpr_init(const mpr_init_options_t *opts) {
     mpr_err_t e = mpri_api_init();
     return e ? e : mpri_world_init(opts);

@@ -399,8 +399,12 @@ mpr_err_t mpr_rref_self(const mpr_value_t *args, const mpr_type_t *type, void **
                              r->owner_name);
     if (!mpr_future_done(r->owner->value))
         return mpr_error_set(MPR_ERR_STATE, "rref self: the value is still being created");
-    if (mpr_future_error(r->owner->value) != MPR_OK)
+    if (mpr_future_error(r->owner->value) != MPR_OK) {
+        /* a creation that failed remotely keeps its origin (worker, code) */
+        const mpri_remote_error_t *re = mpri_future_remote_error(r->owner->value);
+        if (re) return mpri_error_set_remote(re);
         return mpr_error_set(mpr_future_error(r->owner->value), "rref self: %s",
                              mpr_future_error_message(r->owner->value));
+    }
     return mpr_value_get_object(mpri_future_value(r->owner->value), type, obj);
 }

@@ -44,6 +44,7 @@
 #include "mpri_args.h"
 #include "mpri_assert.h"
 #include "mpri_dist.h"
+#include "mpri_tensor.h"
 
 #define TABLE_BUCKETS 256
 #define COUNTER_BITS 48
@@ -316,8 +317,12 @@ mpr_err_t mpri_dist_ctx_sink(void *arg, mpr_tensor_t *leaf, mpr_tensor_t *grad) 
                 c->grads = g;
                 c->capgrads = cap;
             }
-            /* A copy: the engine's buffer may be shared with other slots. */
-            mpr_tensor_t *own = mpr_scope_keep(mpr_clone(grad)); /* grad mode is off: no history */
+            /* The engine's buffer itself when nobody else can see it (its only
+             * reference, its storage's only view: nothing can write it later);
+             * else a copy (it may be shared with other slots, or be a view). */
+            mpr_tensor_t *own = atomic_load(&grad->refcount) == 1 && atomic_load(&grad->storage->refcount) == 1
+                                    ? mpr_tensor_retain(grad)
+                                    : mpr_scope_keep(mpr_clone(grad)); /* grad mode is off: no history */
             if (!own) {
                 pthread_mutex_unlock(&c->lock);
                 return mpr_last_error_code();

@@ -82,4 +82,8 @@ static inline mpr_tensor_t *mpri_module_param(const mpr_module_t *m, int i) {
 /* MPR_ERR_INVALID_ARG unless dtype is float32/float64 (naming `op`). */
 mpr_err_t mpri_module_check_dtype(const char *op, mpr_dtype_t dtype);
 
+/* RemoteModule's functions and object type (remote_module.c); run by the
+ * autograd layer's init. */
+mpr_err_t mpri_remote_module_install(void);
+
 #endif

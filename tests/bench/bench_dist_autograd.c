@@ -12,7 +12,15 @@
  *   {"name":"dist_autograd_step","n":256,"median_us":...,"local_median_us":...,
  *    "ratio_vs_local":...,"noop_round_trips":...}
  * Targets (issue #12): the 256 step within 1.2x the local one, the 8 step
- * within 4 no-op round trips. PyTorch 1.13 on this machine: 2,586-3,184 us. */
+ * within 4 no-op round trips. PyTorch 1.13 on this machine: 2,586-3,184 us.
+ * Then (issue #13) one training step of the parameter-server MLP
+ * (784-256-10, batch 64, f32): the PS (rank 1) owns the model, the trainer
+ * drives the forward through an RPC, dist backward, a DistributedOptimizer
+ * SGD step; next to the same step computed locally on rank 0 with its own
+ * copy of the model (every rank builds it from the same seed):
+ *   {"name":"ps_mlp_step","batch":64,"median_us":...,"samples_per_s":...,
+ *    "local_median_us":...,"ratio_vs_local":...}
+ * PyTorch 1.13: ~17.2k samples/s with 1 trainer (torch_ps_fmnist.py). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +67,48 @@ static mpr_err_t fn_matmul_self(mpr_call_ctx_t *ctx, const mpr_value_t *args, mp
     if (!y) return mpr_last_error_code();
     *result = mpr_value_new_tensor(y);
     mpr_tensor_release(y);
+    return MPR_OK;
+}
+
+/* ---- the parameter-server MLP step (issue #13): 784-256-10, batch 64 ---- */
+static mpr_module_t *ps_model; /* on the PS (rank 1) and, for the local step, on rank 0 */
+
+static mpr_module_t *make_mlp(void) {
+    mpr_generator_t *g = mpr_generator_create(5);
+    mpr_module_t *m = mpr_sequential_create();
+    mpr_sequential_append(m, mpr_linear_create(784, 256, true, MPR_F32, g));
+    mpr_sequential_append(m, mpr_relu_create());
+    mpr_sequential_append(m, mpr_linear_create(256, 10, true, MPR_F32, g));
+    mpr_generator_destroy(g);
+    return m;
+}
+
+/* [x] -> model(x) on the PS */
+static mpr_err_t fn_ps_forward(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    mpr_tensor_t *x;
+    mpr_err_t e = mpr_args_tensor(args, 0, &x);
+    if (e) return e;
+    mpr_tensor_t *y = mpr_module_forward(ps_model, x);
+    if (!y) return mpr_last_error_code();
+    *result = mpr_value_new_tensor(y);
+    mpr_tensor_release(y);
+    return MPR_OK;
+}
+
+/* [] -> [RRef per parameter of the PS model] */
+static mpr_err_t fn_ps_params(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    (void)args;
+    mpr_value_t *list = mpr_value_new_list();
+    for (int i = 0; i < mpr_module_num_parameters(ps_model); i++) {
+        mpr_value_t *v = mpr_value_new_tensor(mpr_module_parameter(ps_model, i, NULL));
+        mpr_rref_t *r = mpr_rref_create_local(v);
+        mpr_value_list_append(list, mpr_value_new_rref(r));
+        mpr_rref_release(r);
+        mpr_value_release(v);
+    }
+    *result = list;
     return MPR_OK;
 }
 
@@ -118,8 +168,11 @@ int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     mpr_err_t e;
     if ((e = mpr_register_function("noop", fn_noop, NULL)) ||
-        (e = mpr_register_function("matmul_self", fn_matmul_self, NULL)))
+        (e = mpr_register_function("matmul_self", fn_matmul_self, NULL)) ||
+        (e = mpr_register_function("ps_forward", fn_ps_forward, NULL)) ||
+        (e = mpr_register_function("ps_params", fn_ps_params, NULL)))
         die("register", e);
+    ps_model = make_mlp();
     mpr_init_options_t opts;
     mpr_init_options_default(&opts);
     opts.argc = &argc;
@@ -161,6 +214,69 @@ int main(int argc, char **argv) {
             mpr_value_release(args);
             mpr_tensor_release(w);
         }
+        /* the PS step: forward through the PS, dist backward, DistributedOptimizer SGD step */
+        {
+            const int batch = 64, iters = quick ? 30 : 200;
+            int64_t xs[2] = {batch, 784}, ys[1] = {batch};
+            mpr_generator_t *g = mpr_generator_create(9);
+            mpr_tensor_t *x = mpr_rand(MPR_F32, 2, xs, g), *y = mpr_tensor_empty(MPR_I64, 1, ys);
+            mpr_generator_destroy(g);
+            for (int i = 0; i < batch; i++) ((int64_t *)mpr_tensor_data(y))[i] = i % 10;
+            mpr_value_t *pr = NULL;
+            if ((e = mpr_rpc_sync(mpr_to_rank(1), "ps_params", NULL, 60, &pr))) die("ps_params", e);
+            int np = (int)mpr_value_list_len(pr);
+            mpr_rref_t *prefs[8];
+            for (int i = 0; i < np && i < 8; i++) mpr_value_get_rref(mpr_value_list_get(pr, (size_t)i), &prefs[i]);
+            mpr_optim_options_t oo;
+            mpr_optim_options_default("sgd", &oo);
+            oo.lr = 0.05;
+            mpr_dist_optimizer_t *dopt = mpr_dist_optimizer_create("sgd", &oo, prefs, np);
+            mpr_tensor_t *lp[8];
+            for (int i = 0; i < np; i++) lp[i] = mpr_module_parameter(ps_model, i, NULL);
+            mpr_optimizer_t *lopt = mpr_optimizer_create("sgd", lp, np, &oo);
+            if (!dopt || !lopt) die("optimizers", mpr_last_error_code());
+            mpr_value_t *xargs = mpr_value_list_of(1, mpr_value_new_tensor(x));
+            double *ds = malloc(sizeof(double) * iters), *ls = malloc(sizeof(double) * iters);
+            for (int i = -5; i < iters; i++) {
+                double t0 = now_us();
+                int64_t ctx;
+                mpr_dist_context_begin(&ctx);
+                mpr_scope_begin();
+                mpr_value_t *r = NULL;
+                if ((e = mpr_rpc_sync(mpr_to_rank(1), "ps_forward", xargs, 60, &r))) die("ps_forward", e);
+                mpr_tensor_t *out;
+                mpr_value_get_tensor(r, &out);
+                mpr_tensor_t *loss = mpr_cross_entropy(out, y);
+                if ((e = mpr_dist_backward(ctx, &loss, 1, false))) die("ps backward", e);
+                if ((e = mpr_dist_optimizer_step(dopt, ctx))) die("ps step", e);
+                mpr_value_release(r);
+                mpr_scope_end();
+                mpr_dist_context_end(ctx);
+                double t1 = now_us();
+                mpr_scope_begin();
+                mpr_optimizer_zero_grad(lopt);
+                mpr_tensor_t *ll = mpr_cross_entropy(mpr_module_forward(ps_model, x), y);
+                if ((e = mpr_backward(ll, NULL, false)) || (e = mpr_optimizer_step(lopt))) die("local ps step", e);
+                mpr_scope_end();
+                double t2 = now_us();
+                if (i >= 0) {
+                    ds[i] = t1 - t0;
+                    ls[i] = t2 - t1;
+                }
+            }
+            double dm = median(ds, iters), lm = median(ls, iters);
+            printf("{\"name\":\"ps_mlp_step\",\"batch\":%d,\"median_us\":%.1f,\"samples_per_s\":%.0f,"
+                   "\"local_median_us\":%.1f,\"ratio_vs_local\":%.3f}\n",
+                   batch, dm, batch / dm * 1e6, lm, dm / lm);
+            free(ds);
+            free(ls);
+            mpr_value_release(xargs);
+            mpr_dist_optimizer_destroy(dopt);
+            mpr_optimizer_destroy(lopt);
+            mpr_value_release(pr);
+            mpr_tensor_release(x);
+            mpr_tensor_release(y);
+        }
         printf("{\"name\":\"rpc_sync_noop\",\"median_us\":%.3f}\n", noop_med);
         for (int s = 0; s < 2; s++)
             printf("{\"name\":\"dist_autograd_step\",\"n\":%d,\"median_us\":%.1f,\"local_median_us\":%.1f,"
@@ -170,5 +286,6 @@ int main(int argc, char **argv) {
     }
     quiet_barrier();
     mpr_shutdown(true);
+    mpr_module_destroy(ps_model);
     return 0;
 }

@@ -155,7 +155,7 @@ static void decode_body(const mpri_msg_t *msg) {
         if (code == MPR_ERR_REMOTE && r.left > 0) { /* the origin, as dispatch.c reads it */
             mpri_remote_error_t re;
             if (mpri_remote_error_read(&r, &re) == MPR_OK)
-                CHECK(re.code != MPR_OK && re.code != MPR_ERR_REMOTE && re.hops >= 1 && re.origin_rank >= 0);
+                CHECK(re.code != MPR_OK && re.hops >= 1 && re.origin_rank >= 0);
         }
         return;
     }

@@ -277,6 +277,29 @@ static void test_simple(void) {
     mpr_tensor_release(x);
 }
 
+/* The same graph through a call to self: recorded like any other. */
+static void test_call_to_self(void) {
+    mpr_tensor_t *w = filled(3, 3, 0.25 + me, true), *x = filled(3, 3, 0.5, false);
+    int64_t ctx;
+    CHECK_OK(mpr_dist_context_begin(&ctx));
+    mpr_scope_begin();
+    mpr_tensor_t *y = call_tensor(me, "mm", tensors2(w, x));
+    CHECK(y != w && mpr_requires_grad(y));
+    CHECK_OK(mpr_dist_backward(ctx, (mpr_tensor_t *[]){mpr_sum(mpr_mul(y, y))}, 1, false));
+    mpr_tensor_release(y);
+    mpr_scope_end();
+    mpr_tensor_t *g = ctx_grad(ctx, w);
+    mpr_scope_begin();
+    mpr_tensor_t *yy = mpr_matmul(w, x);
+    CHECK_OK(mpr_backward(mpr_sum(mpr_mul(yy, yy)), NULL, false));
+    mpr_scope_end();
+    check_close(g, mpr_tensor_grad(w), "call to self dL/dw");
+    mpr_tensor_release(g);
+    CHECK_OK(mpr_dist_context_end(ctx));
+    mpr_tensor_release(w);
+    mpr_tensor_release(x);
+}
+
 /* rank0 -> chain on 1 (tanh) -> chain on 2 (square) -> triple on 0: A->B->C->A. */
 static void test_nested_chain(void) {
     if (me != 0) return;
@@ -789,6 +812,7 @@ int main(int argc, char **argv) {
     load_mlp_reference();
     RUN_TEST(test_requires_grad_on_the_wire);
     RUN_TEST(test_simple);
+    RUN_TEST(test_call_to_self);
     RUN_TEST(test_nested_chain);
     RUN_TEST(test_param_twice_mixed_two_roots);
     RUN_TEST(test_async_function_keeps_context);

@@ -29,6 +29,8 @@ import mpr_headers  # noqa: E402
 
 # (function, parameter) -> why NULL is fine there.
 NULL_OK = {
+    ("mpr_register_module_kind", "user_data"): "user data may be NULL",
+    ("mpr_remote_module_create", "args"): "a module kind may take no arguments",
     ("mpr_dist_context_set_current", "prev"): "NULL: the previous context is not wanted",
     ("mpr_backward", "grad"): "NULL means 1 for a one-element root",
     ("mpr_set_grad", "grad"): "NULL drops the gradient",
@@ -87,9 +89,9 @@ CONSUMES = {("mpr_future_set_result", "value"): "mpr_value_retain(fx.v)",
 # Fixtures chosen by parameter name (before the type's): an empty format packs nothing.
 BY_NAME = {"fmt": '""'}
 # Pointer-returning functions that report errors through a failed future.
-FUTURE_ERRORS = {"mpr_rpc_async", "mpr_rref_rpc_async", "mpr_rpc_async_take", "mpr_call_async"}
+FUTURE_ERRORS = {"mpr_remote_module_forward_async", "mpr_rpc_async", "mpr_rref_rpc_async", "mpr_rpc_async_take", "mpr_call_async"}
 # Pointer results that are borrowed (never released by the test).
-BORROWED_RESULTS = {"mpr_module_parameter", "mpr_value_list_get", "mpr_tensor_grad",
+BORROWED_RESULTS = {"mpr_remote_module_get_module_rref", "mpr_module_parameter", "mpr_value_list_get", "mpr_tensor_grad",
                     "mpr_module_get_parameter", "mpr_module_child", "mpr_sequential_child",
                     "mpr_optimizer_param", "mpr_tensor_dict_get", "mpr_tensor_dict_tensor",
                     "mpr_type_find", "mpr_call_caller", "mpr_call_user_data", "mpr_module_ctx",
@@ -108,7 +110,10 @@ INPUTS = {
     "const mpr_init_options_t *": "&fx.opts", "mpr_init_options_t *": "&fx.opts",
     "mpr_module_t *": "fx.m", "const mpr_module_t *": "fx.m", "struct mpr_module *": "fx.m",
     "mpr_optimizer_t *": "fx.opt", "const mpr_optimizer_t *": "fx.opt",
-    "mpr_rref_t *": "fx.r", "const mpr_rref_t *": "fx.r",
+    "mpr_rref_t *": "fx.r", "const mpr_rref_t *": "fx.r", "mpr_rref_t *const *": "fx.rarr",
+    "mpr_dist_optimizer_t *": "fx.dopt", "const mpr_dist_optimizer_t *": "fx.dopt",
+    "mpr_remote_module_t *": "fx.rm", "const mpr_remote_module_t *": "fx.rm",
+    "mpr_module_ctor_t": "fx_ctor",
     "const mpr_sgd_options_t *": "&fx.sgd",
     "const mpr_optim_options_t *": "&fx.optim",
     "mpr_lr_scheduler_t *": "fx.sched", "const mpr_lr_scheduler_t *": "fx.sched",
@@ -129,6 +134,7 @@ OUTPUTS = {
     "mpr_tensor_t ***": ("mpr_tensor_t **", "FX_SENTINEL(mpr_tensor_t **)", "{v} == NULL", None),
     "mpr_value_t **": ("mpr_value_t *", "FX_SENTINEL(mpr_value_t *)", "{v} == NULL", "mpr_value_release"),
     "mpr_rref_t **": ("mpr_rref_t *", "FX_SENTINEL(mpr_rref_t *)", "{v} == NULL", "mpr_rref_release"),
+    "mpr_rref_t ***": ("mpr_rref_t **", "FX_SENTINEL(mpr_rref_t **)", "{v} == NULL", None),
     "const mpr_type_t **": ("const mpr_type_t *", "FX_SENTINEL(const mpr_type_t *)", "{v} == NULL", None),
     "const char **": ("const char *", "FX_SENTINEL(const char *)", "{v} == NULL", None),
     "const void **": ("const void *", "FX_SENTINEL(const void *)", "{v} == NULL", None),
@@ -147,7 +153,9 @@ SCALARS = {"bool": "false", "double": "0.01", "int": "1", "int64_t": "1", "size_
 # Owned pointer results of calls that may succeed (NULL_OK cases): how to release.
 RELEASE_RESULT = {"mpr_tensor_t *": "mpr_tensor_release", "mpr_value_t *": "mpr_value_release",
                   "mpr_future_t *": "mpr_future_release", "mpr_rref_t *": "mpr_rref_release",
-                  "mpr_module_t *": "mpr_module_destroy", "mpr_optimizer_t *": "mpr_optimizer_destroy",
+                  "mpr_module_t *": "mpr_module_destroy",
+                  "mpr_dist_optimizer_t *": "mpr_dist_optimizer_destroy",
+                  "mpr_remote_module_t *": "mpr_remote_module_destroy", "mpr_optimizer_t *": "mpr_optimizer_destroy",
                   "mpr_lr_scheduler_t *": "mpr_lr_scheduler_destroy",
                   "mpr_batch_iter_t *": "mpr_batch_iter_destroy",
                   "mpr_tensor_dict_t *": "mpr_tensor_dict_destroy",
@@ -156,7 +164,7 @@ RELEASE_RESULT = {"mpr_tensor_t *": "mpr_tensor_release", "mpr_value_t *": "mpr_
 
 def is_pointer(ptype):
     return ptype.endswith("*") or ptype in ("mpr_fn_t", "mpr_async_fn_t", "mpr_then_fn_t",
-                                            "mpr_destructor_t", "mpr_module_forward_fn") \
+                                            "mpr_destructor_t", "mpr_module_forward_fn", "mpr_module_ctor_t") \
         or "(*)" in ptype
 
 

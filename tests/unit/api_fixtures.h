@@ -35,6 +35,9 @@ static struct {
     mpr_lr_scheduler_t *sched;
     mpr_init_options_t opts;
     mpr_debug_info_t dbg;
+    mpr_rref_t *rarr[1];
+    mpr_dist_optimizer_t *dopt;
+    mpr_remote_module_t *rm;
 } fx;
 
 static char fx_sentinel_byte;
@@ -62,6 +65,12 @@ __attribute__((unused)) static mpr_err_t fx_then(mpr_future_t *parent, void *use
     return MPR_OK;
 }
 __attribute__((unused)) static void fx_dtor(void *p) { (void)p; }
+__attribute__((unused)) static mpr_module_t *fx_ctor(const mpr_value_t *args, int device, void *user_data) {
+    (void)args;
+    (void)device;
+    (void)user_data;
+    return mpr_relu_create();
+}
 __attribute__((unused)) static mpr_tensor_t *fx_forward(mpr_module_t *self, mpr_tensor_t *x, void *ctx) {
     return mpr_scope_adopt(mpr_tensor_retain(x));
 }
@@ -95,6 +104,9 @@ static void fx_setup(bool running) {
     if (!type) assert_int_equal(mpr_register_type("null_args_type", fx_dtor, &type), MPR_OK);
     fx.type = type;
     if (running) fx.r = mpr_rref_create_local(fx.v);
+    fx.rarr[0] = fx.r;
+    if (running) fx.dopt = mpr_dist_optimizer_create("sgd", &fx.optim, fx.rarr, 1);
+    if (running) fx.rm = mpr_remote_module_create("worker0/cpu", "null_args_kind", NULL);
     assert_non_null(fx.t);
     assert_non_null(fx.v);
     assert_non_null(fx.f);
@@ -105,9 +117,13 @@ static void fx_setup(bool running) {
     assert_non_null(fx.d);
     assert_non_null(fx.gen);
     if (running) assert_non_null(fx.r);
+    if (running) assert_non_null(fx.dopt);
+    if (running) assert_non_null(fx.rm);
 }
 
 static void fx_teardown(void) {
+    mpr_remote_module_destroy(fx.rm);
+    mpr_dist_optimizer_destroy(fx.dopt);
     mpr_rref_release(fx.r);
     mpr_generator_destroy(fx.gen);
     mpr_tensor_dict_destroy(fx.d);

@@ -13,11 +13,13 @@
 
 #include "mpirpc/autograd.h"
 #include "mpirpc/dist_autograd.h"
+#include "mpirpc/dist_optim.h"
 #include "mpirpc/cuda.h"
 #include "mpirpc/data.h"
 #include "mpirpc/nn.h"
 #include "mpirpc/nn_functional.h"
 #include "mpirpc/optim.h"
+#include "mpirpc/remote_module.h"
 #include "mpirpc/tensor.h"
 #include "mpirpc/tensor_io.h"
 #include "mpirpc/tensor_ops.h"
