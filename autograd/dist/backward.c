@@ -25,6 +25,10 @@
  *   worker the recv's tensors came from and adds the request to the piece
  *   (thread-local `running_piece`). `sealed` is set when the run returns:
  *   from then on no request is added.
+ *   WAITING: the same thread waits on the piece's requests in order
+ *   (piece_wait; on a pool thread, other queued work runs meanwhile, so a
+ *   piece that needs this worker again cannot starve): no thread hand-off
+ *   between a reply and the piece it completes.
  *
  * What ends a pass: the root's piece reaching DONE. A piece is DONE(ok) only
  * after every request it sent was answered, and a request is answered only
@@ -75,10 +79,9 @@ typedef struct piece {
     bool sealed;      /* the run returned */
     bool done;
     mpr_future_t *result; /* completed at DONE: none, or the error */
-    /* The root's requests: it waits on them itself (no pool thread between
-     * a reply and the waiting root); the others' get completion callbacks. */
-    mpr_future_t **root_reqs;
-    int n_root_reqs, cap_root_reqs;
+    /* The requests the run sent, waited on by the thread that ran it. */
+    mpr_future_t **reqs;
+    int n_reqs, cap_reqs;
 } piece_t;
 
 static _Thread_local piece_t *running_piece;
@@ -108,8 +111,8 @@ static piece_t *piece_new(mpri_dist_ctx_t *ctx, uint64_t pass_id, bool retain_gr
 static void piece_release(piece_t *p) {
     if (atomic_fetch_sub_explicit(&p->refcount, 1, memory_order_acq_rel) != 1) return;
     MPRI_ASSERT(p->done, "a piece is freed only after DONE");
-    for (int i = 0; i < p->n_root_reqs; i++) mpr_future_release(p->root_reqs[i]);
-    free(p->root_reqs);
+    for (int i = 0; i < p->n_reqs; i++) mpr_future_release(p->reqs[i]);
+    free(p->reqs);
     mpri_dist_ctx_release(p->ctx);
     mpr_future_release(p->result);
     pthread_mutex_destroy(&p->lock);
@@ -182,38 +185,38 @@ static void request_answered(mpr_future_t *f, void *arg) {
     piece_release(p);
 }
 
-/* Add request future `f` (new reference, taken) to the running piece. */
+/* Add request future `f` (new reference, taken) to the running piece: the
+ * thread running the piece waits on it when the run returns (piece_wait). */
 static mpr_err_t piece_add_request(piece_t *p, mpr_future_t *f) {
-    if (!p->msg) { /* the root: kept for its own wait (one thread runs the root's piece) */
-        MPRI_ASSERT(!p->sealed, "no request is added to a piece after its run returned");
-        if (p->n_root_reqs == p->cap_root_reqs) {
-            int cap = p->cap_root_reqs ? p->cap_root_reqs * 2 : 8;
-            mpr_future_t **r = realloc(p->root_reqs, (size_t)cap * sizeof *r);
-            if (!r) {
-                mpr_future_release(f);
-                return mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
-            }
-            p->root_reqs = r;
-            p->cap_root_reqs = cap;
-        }
-        p->root_reqs[p->n_root_reqs++] = f;
-        pthread_mutex_lock(&p->lock);
-        p->outstanding++;
-        pthread_mutex_unlock(&p->lock);
-        return MPR_OK;
-    }
-    pthread_mutex_lock(&p->lock);
     MPRI_ASSERT(!p->sealed, "no request is added to a piece after its run returned");
+    if (p->n_reqs == p->cap_reqs) {
+        int cap = p->cap_reqs ? p->cap_reqs * 2 : 8;
+        mpr_future_t **r = realloc(p->reqs, (size_t)cap * sizeof *r);
+        if (!r) {
+            mpr_future_release(f);
+            return mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
+        }
+        p->reqs = r;
+        p->cap_reqs = cap;
+    }
+    p->reqs[p->n_reqs++] = f;
+    pthread_mutex_lock(&p->lock);
     p->outstanding++;
     pthread_mutex_unlock(&p->lock);
-    atomic_fetch_add_explicit(&p->refcount, 1, memory_order_relaxed);
-    mpr_err_t e = mpri_future_on_complete(f, request_answered, p);
-    if (e) { /* out of memory: wait here (bounded by the request's timeout) */
-        mpr_future_wait(f, MPR_WAIT_FOREVER);
-        request_answered(f, p);
-    }
-    mpr_future_release(f);
     return MPR_OK;
+}
+
+/* WAITING: the thread that ran the piece waits on its requests, in order
+ * (a pool thread runs other queued work meanwhile, so nested pieces on this
+ * worker cannot starve); the first failure ends the piece (the others'
+ * answers are dropped). No thread hand-off between a reply and the piece. */
+static void piece_wait(piece_t *p) {
+    for (int i = 0; i < p->n_reqs && !mpr_future_done(p->result); i++) {
+        atomic_fetch_add_explicit(&p->refcount, 1, memory_order_relaxed); /* request_answered drops it */
+        mpr_future_wait(p->reqs[i], MPR_WAIT_FOREVER); /* bounded by the request's timeout */
+        request_answered(p->reqs[i], p);
+    }
+    MPRI_ASSERT(mpr_future_done(p->result), "a piece is DONE once every request was answered or one failed");
 }
 
 /* RUNNING: run the engine from `edges` fed with `grads`, then seal. */
@@ -367,11 +370,8 @@ static void handle_backward(mpri_msg_t *msg) {
     }
     if (p) {
         piece_run(p, k, edges, gs);
-        /* DONE now or later: answer then (the piece's reference moves to it). */
-        if (mpri_future_on_complete(p->result, answer_request, p) != MPR_OK) {
-            mpr_future_wait(p->result, MPR_WAIT_FOREVER);
-            answer_request(p->result, p);
-        }
+        piece_wait(p);
+        answer_request(p->result, p); /* DONE: the piece's reference moves to it */
     }
     free(edges);
     free(gs);
@@ -421,13 +421,7 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
     if (!e && !(p = piece_new(c, pass_id, retain_graph, NULL))) e = mpr_last_error_code();
     if (!e) {
         piece_run(p, n, edges, ones);
-        /* WAITING: the root waits on its requests itself, in order; the
-         * first failure ends the pass (the others' answers are dropped). */
-        for (int i = 0; i < p->n_root_reqs && !mpr_future_done(p->result); i++) {
-            atomic_fetch_add_explicit(&p->refcount, 1, memory_order_relaxed); /* request_answered drops it */
-            mpr_future_wait(p->root_reqs[i], MPR_WAIT_FOREVER); /* bounded by the request's timeout */
-            request_answered(p->root_reqs[i], p);
-        }
+        piece_wait(p);
         e = mpr_future_wait(p->result, MPR_WAIT_FOREVER);
         MPRI_ASSERT(e != MPR_OK || mpr_future_done(p->result), "the root's wait ends only in DONE");
         if (!e) e = mpr_future_error(p->result);

@@ -123,6 +123,9 @@ static void quiet_barrier(void) {
     }
 }
 
+/* Phases of the last dist_step: forward RPC, backward, the rest. */
+static double phase_fwd, phase_bwd;
+
 static double dist_step(mpr_tensor_t *w, mpr_value_t *args) {
     double t0 = now_us();
     int64_t ctx;
@@ -133,13 +136,17 @@ static double dist_step(mpr_tensor_t *w, mpr_value_t *args) {
     mpr_tensor_t *y;
     if ((e = mpr_value_get_tensor(r, &y))) die("result", e);
     mpr_tensor_t *loss = mpr_sum(y);
+    double t1 = now_us();
     if ((e = mpr_dist_backward(ctx, &loss, 1, false))) die("dist backward", e);
+    double t2 = now_us();
     mpr_tensor_t *g = NULL;
     if ((e = mpr_dist_get_gradient(ctx, w, &g)) || !g) die("gradient", e);
     mpr_tensor_release(g);
     mpr_tensor_release(loss);
     mpr_value_release(r);
     if ((e = mpr_dist_context_end(ctx))) die("end", e);
+    phase_fwd = t1 - t0;
+    phase_bwd = t2 - t1;
     return now_us() - t0;
 }
 
@@ -183,7 +190,7 @@ int main(int argc, char **argv) {
     if (mpr_world_size() < 2) die("needs 2 ranks", MPR_ERR_INVALID_ARG);
     double noop_med = 0;
     const int sizes[2] = {256, 8};
-    double step_med[2], local_med[2];
+    double step_med[2], local_med[2], fwd_med[2], bwd_med[2];
     if (rank == 0) {
         for (int s = 0; s < 2; s++) {
             int n = sizes[s];
@@ -193,7 +200,8 @@ int main(int argc, char **argv) {
             mpr_set_requires_grad(w, true);
             mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_tensor(w));
             double *ds = malloc(sizeof(double) * iters), *ls = malloc(sizeof(double) * iters),
-                   *ns = malloc(sizeof(double) * iters);
+                   *ns = malloc(sizeof(double) * iters), *fs = malloc(sizeof(double) * iters),
+                   *bs = malloc(sizeof(double) * iters);
             for (int i = 0; i < iters / 10 + 5; i++) { /* warm up */
                 dist_step(w, args);
                 local_step(w);
@@ -201,10 +209,16 @@ int main(int argc, char **argv) {
             }
             for (int i = 0; i < iters; i++) {
                 ds[i] = dist_step(w, args);
+                fs[i] = phase_fwd;
+                bs[i] = phase_bwd;
                 ls[i] = local_step(w);
                 ns[i] = noop_call();
             }
             step_med[s] = median(ds, iters);
+            fwd_med[s] = median(fs, iters);
+            bwd_med[s] = median(bs, iters);
+            free(fs);
+            free(bs);
             local_med[s] = median(ls, iters);
             double nm = median(ns, iters);
             if (s == 1) noop_med = nm;
@@ -280,8 +294,10 @@ int main(int argc, char **argv) {
         printf("{\"name\":\"rpc_sync_noop\",\"median_us\":%.3f}\n", noop_med);
         for (int s = 0; s < 2; s++)
             printf("{\"name\":\"dist_autograd_step\",\"n\":%d,\"median_us\":%.1f,\"local_median_us\":%.1f,"
-                   "\"ratio_vs_local\":%.3f,\"noop_round_trips\":%.2f}\n",
-                   sizes[s], step_med[s], local_med[s], step_med[s] / local_med[s], step_med[s] / noop_med);
+                   "\"ratio_vs_local\":%.3f,\"noop_round_trips\":%.2f,\"forward_median_us\":%.1f,"
+                   "\"backward_median_us\":%.1f}\n",
+                   sizes[s], step_med[s], local_med[s], step_med[s] / local_med[s], step_med[s] / noop_med,
+                   fwd_med[s], bwd_med[s]);
         fflush(stdout);
     }
     quiet_barrier();
