@@ -3,9 +3,12 @@
  * for 20 steps with dist autograd and a DistributedOptimizer over
  * remote_parameters, ends with the same parameters (f64, 1e-9) as the same
  * model trained locally; a RemoteModule sent to another worker as a value
- * is used there; train/eval reach the owner; misuse (unknown kind, bad
+ * is used there; train/eval reach the owner; creating ten modules does not
+ * wait for their constructors; misuse (unknown kind, bad
  * device string, unknown worker) gives clear errors naming the owner. */
 #include <math.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "mpitest.h"
 
@@ -24,6 +27,18 @@ static mpr_module_t *make_linear(const mpr_value_t *args, int device, void *user
     mpr_module_t *m = mpr_linear_create(in, out, true, MPR_F64, g);
     mpr_generator_destroy(g);
     return m;
+}
+
+/* A constructor that takes 200 ms (creation must not wait for it). */
+static mpr_module_t *make_slow_linear(const mpr_value_t *args, int device, void *user_data) {
+    usleep(200000);
+    return make_linear(args, device, user_data);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static mpr_value_t *linear_args(int in, int out, int seed) {
@@ -161,6 +176,32 @@ static void test_train_two_remote_layers(void) {
     mpr_remote_module_destroy(l2);
 }
 
+/* Creating many modules does not wait one round trip (or one constructor)
+ * each (pytorch#58098): 10 constructors of 200 ms are made in well under
+ * the 2 s they take one after another; each is then usable. */
+static void test_creation_does_not_wait(void) {
+    if (me != 0) return;
+    mpr_remote_module_t *rms[10];
+    mpr_value_t *a = linear_args(12, 4, 3);
+    double t0 = now_s();
+    for (int i = 0; i < 10; i++) CHECK((rms[i] = mpr_remote_module_create("worker1/cpu", "slow_linear", a)) != NULL);
+    double created = now_s() - t0;
+    mpr_value_release(a);
+    if (created > 1.0) {
+        fprintf(stderr, "creating 10 slow RemoteModules took %.3f s: creation waited\n", created);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    mpr_tensor_t *x = input();
+    for (int i = 0; i < 10; i++) {
+        mpr_tensor_t *y = NULL;
+        CHECK_OK(mpr_remote_module_forward(rms[i], x, &y));
+        CHECK(mpr_tensor_numel(y) == 5 * 4);
+        mpr_tensor_release(y);
+        mpr_remote_module_destroy(rms[i]);
+    }
+    mpr_tensor_release(x);
+}
+
 static void test_misuse(void) {
     if (me != 0) return;
     CHECK(mpr_remote_module_create("worker1/gpu", "linear", NULL) == NULL);
@@ -191,6 +232,7 @@ static void test_misuse(void) {
 
 int main(int argc, char **argv) {
     CHECK_OK(mpr_register_module_kind("linear", make_linear, NULL));
+    CHECK_OK(mpr_register_module_kind("slow_linear", make_slow_linear, NULL));
     CHECK_OK(mpr_register_function("use_module", fn_use_module, NULL));
     mpr_init_options_t opts;
     mpr_init_options_default(&opts);
@@ -200,6 +242,7 @@ int main(int argc, char **argv) {
     me = mpitest_rank();
     CHECK(mpr_world_size() == 3);
     RUN_TEST(test_train_two_remote_layers);
+    RUN_TEST(test_creation_does_not_wait);
     RUN_TEST(test_misuse);
     CHECK_OK(mpr_shutdown(true));
     MPITEST_REPORT();
