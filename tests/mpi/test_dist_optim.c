@@ -189,9 +189,10 @@ static void test_concurrent_trainers(void) {
         CHECK(dopt != NULL);
         CHECK_OK(mpr_dist_context_begin(&ctx));
         mpr_tensor_t *y = call_tensor(1, "apply", mpr_value_list_of(1, mpr_value_new_tensor(x)));
+        mpr_scope_begin(); /* the op results below */
         mpr_tensor_t *loss = mpr_sum(mpr_mul(y, y));
         CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
-        mpr_tensor_release(loss);
+        mpr_scope_end();
         mpr_tensor_release(y);
         /* this trainer's gradient, computed locally: 2 (w0 x) x^T */
         bool prev = mpr_set_grad_enabled(false);
