@@ -315,7 +315,11 @@ static long settle(long expect) {
     for (int i = 0; i < 10000; i++) {
         mpr_debug_info_t d;
         assert_int_equal(mpr_get_debug_info(&d), MPR_OK);
-        if (d.pending_requests == 0 && d.pool_busy == 0 && d.progress_busy == 0) break;
+        /* RRef control messages (deletes of the fixtures' remote objects,
+         * their acks) and dist autograd cleanups run after the case too. */
+        if (d.pending_requests == 0 && d.pool_busy == 0 && d.progress_busy == 0 && d.rref_unacked_ctrl_msgs == 0 &&
+            d.rref_pending_users == 0 && d.rref_pending_children == 0 && d.dist_contexts == 0)
+            break;
         usleep(1000);
     }
     mpri_host_cache_trim();
