@@ -1,0 +1,44 @@
+/* apps/common/fmnist_models.h — the Fashion-MNIST models of the parameter-
+ * server apps, built as a sequence of stages so that a model can be split
+ * into contiguous groups of stages (shards) placed on different workers.
+ *
+ *   "mlp": 784-256-10, ReLU, log_softmax (the PyTorch anchor's model,
+ *          ../shared/anchors/torch_ps_fmnist.py); stages: [Linear 784-256,
+ *          ReLU], [Linear 256-10, LogSoftmax]. Input [N, 784].
+ *   "cnn": [Conv 1-16 3x3 pad 1, ReLU, MaxPool 2], [Conv 16-32 3x3 pad 1,
+ *          ReLU, MaxPool 2, Flatten], [Linear 1568-128, ReLU, Linear 128-10,
+ *          LogSoftmax]. Input [N, 1, 28, 28].
+ *
+ * Stage s of a model is initialized from its own generator seeded with
+ * (seed, s), so a stage has the same parameters wherever and in whatever
+ * group it is built. A group of stages is a Sequential whose children are
+ * the stages (each a Sequential); the whole model is the group of all
+ * stages, so its parameter names are "<stage>.<layer>.weight" and the
+ * concatenation of the groups' parameters, in group order, is the whole
+ * model's parameter order.
+ *
+ * Ownership: modules returned are the caller's (mpr_module_destroy). */
+#ifndef MPIRPC_APP_FMNIST_MODELS_H
+#define MPIRPC_APP_FMNIST_MODELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mpirpc/nn.h"
+
+#define APP_FMNIST_MODELS "mlp|cnn"
+
+/* Number of stages of model `kind`, 0 for an unknown kind. */
+int app_fmnist_model_stages(const char *kind);
+/* Whether the model takes flat [N, 784] input (else [N, 1, 28, 28]). */
+bool app_fmnist_model_flat(const char *kind);
+/* Stages [first, first + count) as a Sequential; NULL with the error set
+ * (MPR_ERR_INVALID_ARG for an unknown kind or a bad range). */
+mpr_module_t *app_fmnist_group_create(const char *kind, int first, int count, uint64_t seed);
+/* The whole model: app_fmnist_group_create(kind, 0, stages, seed). */
+mpr_module_t *app_fmnist_model_create(const char *kind, uint64_t seed);
+/* First stage of group g when `stages` stages are split into `groups`
+ * contiguous groups as evenly as possible (g = groups gives `stages`). */
+int app_fmnist_group_first(int stages, int groups, int g);
+
+#endif
