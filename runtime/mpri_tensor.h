@@ -8,7 +8,16 @@
 #ifndef MPRI_TENSOR_H
 #define MPRI_TENSOR_H
 
+#ifdef __cplusplus
+/* The CUDA kernel files (C++) see this layout through mpri_kernels.h but never
+ * touch the counters: the names only have to exist with the C11 types' size
+ * and alignment. <stdatomic.h> has no C++17 spelling (GCC 13's is C-only). */
+#include <atomic>
+typedef std::atomic<long> atomic_long;
+typedef std::atomic<unsigned long> atomic_ulong;
+#else
 #include <stdatomic.h>
+#endif
 
 #include "mpirpc/tensor.h"
 

@@ -24,6 +24,14 @@
 #include "kernels/mpri_nn_kernels.h"
 #endif
 
+/* A call that must succeed; on failure the library's message is printed. */
+#define assert_ok(call)                                                             \
+    do {                                                                            \
+        mpr_err_t assert_ok_err_ = (call);                                          \
+        if (assert_ok_err_ != MPR_OK) print_error("%s: %s\n", #call, mpr_last_error()); \
+        assert_int_equal(assert_ok_err_, MPR_OK);                                   \
+    } while (0)
+
 static bool have_gpu(void) {
     if (mpr_cuda_device_count() > 0) return true;
     print_message("skipping: %s\n", mpr_cuda_is_built() ? "no CUDA device visible"
@@ -99,7 +107,7 @@ static void test_transfers(void **state) {
     mpr_tensor_t *xd = mpr_to_device(x, 0);
     assert_string_equal(mpr_grad_fn_name(xd), "to_device");
     mpr_tensor_t *gd = mpr_to_device(mpr_full(MPR_F32, MPR_SHAPE(3, 4), 2.5), 0);
-    assert_int_equal(mpr_backward(xd, gd, false), MPR_OK);
+    assert_ok(mpr_backward(xd, gd, false));
     mpr_scope_end();
     mpr_tensor_t *gx = mpr_tensor_grad(x);
     assert_non_null(gx);

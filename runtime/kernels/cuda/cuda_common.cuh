@@ -4,15 +4,8 @@
 #ifndef MPRI_CUDA_COMMON_CUH
 #define MPRI_CUDA_COMMON_CUH
 
-#include <atomic>
 #include <cuda_runtime.h>
 #include <stdint.h>
-
-// mpri_kernels.h pulls in mpri_tensor.h, whose C11 atomics have no C++17
-// spelling in <stdatomic.h>; these .cu files never touch those fields, the
-// names only have to exist (std::atomic<long> has the same size/alignment).
-using std::atomic_long;
-using std::atomic_ulong;
 
 #include "kernels/cuda/mpri_cuda.h"
 
