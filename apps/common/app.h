@@ -195,6 +195,12 @@ void app_metrics_close(app_metrics_t *m);
  * Without gnuplot: MPR_ERR_UNSUPPORTED and a one-line warning on stderr
  * naming the package (not a crash); gnuplot failing: MPR_ERR_IO. */
 mpr_err_t app_plot_metrics(const char *csv_path, const char *png_path, const char *title);
+/* Columns y_cols[n_y] of `csv_path` (app_metrics_open's format, or any CSV
+ * with a header) against column x_col, in one panel, into `png_path` (e.g.
+ * an RL agent's rewards per episode; the last column is drawn on top,
+ * thicker). Labels NULL: the column name / none. Errors as app_plot_metrics. */
+mpr_err_t app_plot_series(const char *csv_path, const char *png_path, const char *title, const char *x_col,
+                          const char *x_label, const char *const *y_cols, int n_y, const char *y_label);
 /* The PNG path for `common`: plot_path, or metrics_path with its extension
  * replaced by ".png" (malloc'ed; caller frees), NULL when neither is set. */
 char *app_plot_path(const app_common_t *common);
