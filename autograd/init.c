@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "dist/mpri_dist.h"
+#include "mpri_autograd.h"
 #include "mpri_autograd_init.h"
 #include "nn/mpri_nn.h"
 
@@ -23,6 +24,7 @@ static const struct {
     const char *name;
     mpr_err_t (*install)(void);
 } autograd_steps[] = {
+    {"device copies of sent tensors", mpri_device_wire_install},
     {"dist autograd contexts", mpri_dist_context_install},
     {"dist autograd recording hooks", mpri_dist_record_install},
     {"dist autograd backward handler", mpri_dist_backward_install},

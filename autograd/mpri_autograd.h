@@ -246,6 +246,9 @@ mpr_err_t mpri_check_same_dtype(const char *op, const mpr_tensor_t *a, const mpr
 const mpri_backend_t *mpri_backend_of(const char *op, int n, mpr_tensor_t *const *ts);
 /* A new contiguous tensor on `device`, uninitialized (caller-owned). */
 mpr_tensor_t *mpri_empty_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape);
+/* Install the runtime's host/device copies for sending CUDA tensors
+ * (ops_device.c; an autograd init step). */
+mpr_err_t mpri_device_wire_install(void);
 /* A new contiguous tensor on `device` filled with `value`, registered as a result. */
 mpr_tensor_t *mpri_full_on(int device, mpr_dtype_t dtype, int ndim, const int64_t *shape, double value);
 /* `t` itself (new reference) if contiguous, else a contiguous copy on t's device

@@ -52,6 +52,18 @@ static mpr_tensor_t *copy_to(mpr_tensor_t *t, int device) {
     return out;
 }
 
+/* The runtime's wire copies (mpri_tensor_device_hooks_t): no history. */
+static mpr_tensor_t *wire_to_host(mpr_tensor_t *t) { return copy_to(t, -1); }
+static mpr_tensor_t *wire_to_device(mpr_tensor_t *t, int device) {
+    return check_device("receive", device) == MPR_OK ? copy_to(t, device) : NULL;
+}
+static const mpri_tensor_device_hooks_t wire_device_hooks = {wire_to_host, wire_to_device};
+
+mpr_err_t mpri_device_wire_install(void) {
+    mpri_tensor_set_device_hooks(&wire_device_hooks);
+    return MPR_OK;
+}
+
 typedef struct mpri_ctx_to_device {
     int src_device; /* where the input lived: the gradient goes back there */
 } mpri_ctx_to_device_t;

@@ -41,14 +41,43 @@ mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
  * gets a leaf that requires grad, as PyTorch's RPC does). */
 #define MPRI_DESC_REQUIRES_GRAD 0x80u
 
-/* Descriptors of `tensors` (dtype with the requires_grad bit, ndim, shape
- * each). */
+/* Bit 6: the tensor was on a CUDA device at the sender; one u8 device index
+ * follows the ndim byte. Its bytes travel through host memory and the
+ * receiver's copy is put on the device of the same index (PyTorch's default
+ * identity device map) when the value is decoded. */
+#define MPRI_DESC_ON_DEVICE 0x40u
+#define MPRI_DESC_FLAGS (MPRI_DESC_REQUIRES_GRAD | MPRI_DESC_ON_DEVICE)
+
+/* Where the received tensors of a message go once their bytes are in: made
+ * by mpri_tensor_descs_decode only when some tensor came from a device;
+ * applied (and marked done) by mpri_tensor_placement_apply when the message's
+ * value is decoded, on the decoding thread. */
+typedef struct mpri_tensor_placement {
+    bool done;
+    mpr_err_t error; /* of the first apply, reported again by later ones */
+    uint32_t count;
+    struct {
+        int16_t device; /* -1: stays on the host */
+        bool requires_grad;
+    } items[];
+} mpri_tensor_placement_t;
+
+/* Descriptors of `tensors` (dtype with the flag bits, ndim, [device], shape
+ * each); a device tensor's list entry (tensors->orig) names its device. */
 void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out);
 /* Read `count` descriptors and allocate an empty CPU tensor for each into
- * out[0..count), flagged requires_grad as its descriptor says. All descriptors are validated (each tensor and their total
- * within the limits above) before anything is allocated. On failure no
- * tensor is left allocated. */
-mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out);
+ * out[0..count), flagged requires_grad as its descriptor says, except the
+ * tensors that came from a device: those are listed in a new *placement
+ * (caller-owned, free()), which stays NULL when there are none. All
+ * descriptors are validated (each tensor and their total within the limits
+ * above) before anything is allocated. On failure no tensor is left
+ * allocated and *placement is NULL. */
+mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
+                                   mpri_tensor_placement_t **placement);
+/* Replace each tensor `placement` sends to a device with its device copy
+ * (a leaf that requires grad when flagged); once per message (then `done`).
+ * Errors name the tensor and the device (e.g. a device this worker lacks). */
+mpr_err_t mpri_tensor_placement_apply(mpri_tensor_placement_t *placement, mpr_tensor_t **tensors);
 
 /* Decode one value; tensor indices refer to tensors[0..ntensors) (borrowed;
  * the value takes its own references). New reference in *out. */

@@ -118,6 +118,7 @@ typedef struct mpri_msg {
     bool data_inline; /* `data` lives in the same allocation as the struct */
     const uint8_t *body;
     mpr_tensor_t **tensors; /* [hdr.tensor_count], received */
+    struct mpri_tensor_placement *placement; /* device tensors: copied to their devices at value decode */
     MPI_Request *reqs;      /* data receives (one per batch) while assembling */
     int nreqs;
     struct mpri_batch_scratch *plan; /* the batch plan, from validation until the receives are posted */

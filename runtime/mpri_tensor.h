@@ -96,4 +96,18 @@ mpr_err_t mpri_tensor_wire_set_requires_grad(mpr_tensor_t *t);
  * receives, as a remote callee would receive a copy. NULL on failure. */
 mpr_tensor_t *mpri_tensor_wire_alias(mpr_tensor_t *t, bool requires_grad);
 
+/* Copies between the host and a device for the wire (CUDA tensors travel
+ * through host memory: MPI here is not device-aware). The device code lives
+ * above the runtime; the autograd layer installs the two functions at init.
+ * Both return a new contiguous tensor without autograd state, or NULL with
+ * the error set (MPR_ERR_UNSUPPORTED when no hooks are installed: a build or
+ * a process without device support). */
+typedef struct mpri_tensor_device_hooks {
+    mpr_tensor_t *(*to_host)(mpr_tensor_t *t);
+    mpr_tensor_t *(*to_device)(mpr_tensor_t *t, int device);
+} mpri_tensor_device_hooks_t;
+void mpri_tensor_set_device_hooks(const mpri_tensor_device_hooks_t *hooks);
+mpr_tensor_t *mpri_tensor_wire_to_host(mpr_tensor_t *t);
+mpr_tensor_t *mpri_tensor_wire_to_device(mpr_tensor_t *t, int device);
+
 #endif

@@ -187,12 +187,14 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         reject_incoming(msg, true, MPR_ERR_NOMEM);
         return;
     }
-    e = mpri_tensor_descs_decode(&r, n, msg->tensors);
+    e = mpri_tensor_descs_decode(&r, n, msg->tensors, &msg->placement);
     if (!e && r.left != 0) {
         for (uint32_t i = 0; i < n; i++) {
             mpr_tensor_release(msg->tensors[i]);
             msg->tensors[i] = NULL;
         }
+        free(msg->placement);
+        msg->placement = NULL;
         e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
     }
     if (e) {

@@ -249,6 +249,32 @@ mpr_tensor_t *mpri_tensor_wire_alias(mpr_tensor_t *t, bool requires_grad) {
     return a;
 }
 
+static _Atomic(const mpri_tensor_device_hooks_t *) device_hooks;
+
+void mpri_tensor_set_device_hooks(const mpri_tensor_device_hooks_t *hooks) { atomic_store(&device_hooks, hooks); }
+
+mpr_tensor_t *mpri_tensor_wire_to_host(mpr_tensor_t *t) {
+    const mpri_tensor_device_hooks_t *h = atomic_load(&device_hooks);
+    if (!h) {
+        mpr_error_set(MPR_ERR_UNSUPPORTED, "send: tensor on cuda:%d and no device support installed",
+                      t->storage->device);
+        return NULL;
+    }
+    return h->to_host(t);
+}
+
+mpr_tensor_t *mpri_tensor_wire_to_device(mpr_tensor_t *t, int device) {
+    const mpri_tensor_device_hooks_t *h = atomic_load(&device_hooks);
+    if (!h) {
+        mpr_error_set(MPR_ERR_UNSUPPORTED,
+                      "receive: a tensor sent from cuda:%d, and this worker has no CUDA support (built "
+                      "without -DMPIRPC_CUDA=ON)",
+                      device);
+        return NULL;
+    }
+    return h->to_device(t, device);
+}
+
 int64_t mpr_tensor_live_count(void) { return atomic_load(&live_tensors); }
 
 /* Entry of a getter: NULL sets the error and returns `ret`; a dead tensor aborts. */

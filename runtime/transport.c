@@ -86,6 +86,7 @@ static void msg_free(mpri_msg_t *msg) {
         for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) mpr_tensor_release(msg->tensors[i]);
         free(msg->tensors);
     }
+    free(msg->placement);
     free(msg->reqs);
     if (msg->plan) {
         mpri_batch_scratch_fini(msg->plan);
@@ -103,6 +104,11 @@ void mpri_msg_done(mpri_msg_t *msg) {
 
 mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
     if (skip > msg->hdr.body_len) return mpr_error_set(MPR_ERR_DECODE, "body shorter than %zu bytes", skip);
+    /* Device tensors arrived in host memory: to their devices first, once,
+     * on the thread that decodes (a handler's pool thread; for a reply, the
+     * progress thread that completes its future). */
+    mpr_err_t placed = mpri_tensor_placement_apply(msg->placement, msg->tensors);
+    if (placed) return placed;
     mpri_reader_t r;
     mpri_reader_init(&r, msg->body + skip, msg->hdr.body_len - skip);
     mpr_err_t e = mpri_value_decode(&r, msg->tensors, msg->hdr.tensor_count, msg->src, out);
@@ -280,22 +286,31 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
     msg->data = mpri_buf_steal(&m->wire, &msg->len);
     msg->body = msg->data + sizeof(mpri_wire_header_t);
     /* The callee gets its own tensor objects on the same bytes, flagged as a
-     * remote callee's would be (autograd state is never shared with it). */
+     * remote callee's would be (autograd state is never shared with it); a
+     * device tensor's callee copy is on its device, as a remote one's is. */
     uint32_t n = m->tensors.len;
     msg->tensors = n ? calloc(n, sizeof *msg->tensors) : NULL;
-    for (uint32_t i = 0; msg->tensors && i < n; i++) {
+    mpr_err_t e = n && !msg->tensors ? mpr_error_set(MPR_ERR_NOMEM, "send: out of memory") : MPR_OK;
+    for (uint32_t i = 0; !e && i < n; i++) {
         bool requires_grad = mpri_tensor_wire_requires_grad(m->tensors.orig[i]);
-        if (!(msg->tensors[i] = mpri_tensor_wire_alias(m->tensors.items[i], requires_grad))) {
-            for (uint32_t j = 0; j < i; j++) mpr_tensor_release(msg->tensors[j]);
-            free(msg->tensors);
-            msg->tensors = NULL;
+        int device = mpr_tensor_device(m->tensors.orig[i]);
+        if (device < 0) {
+            msg->tensors[i] = mpri_tensor_wire_alias(m->tensors.items[i], requires_grad);
+            if (!msg->tensors[i]) e = mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+        } else if (!(msg->tensors[i] = mpri_tensor_wire_to_device(m->tensors.items[i], device))) {
+            e = mpr_last_error_code();
+        } else if (requires_grad && (e = mpri_tensor_wire_set_requires_grad(msg->tensors[i]))) {
+            mpr_tensor_release(msg->tensors[i]);
+            msg->tensors[i] = NULL;
         }
     }
     mpri_tensor_list_fini(&m->tensors);
-    if (n && !msg->tensors) {
+    if (e) {
+        for (uint32_t j = 0; msg->tensors && j < n; j++) mpr_tensor_release(msg->tensors[j]);
+        free(msg->tensors);
         free(msg->data);
         free(msg);
-        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+        return e;
     }
     mpri_count_sent(msg->src);
     pthread_mutex_lock(&tx.inbox_lock);

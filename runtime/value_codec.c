@@ -10,14 +10,18 @@
  *   without an encode hook cannot be sent).
  * Tensor descriptors (mpri_tensor_descs_encode/_decode), one per list entry:
  * u8 dtype with bit 7 (MPRI_DESC_REQUIRES_GRAD) set when the tensor requires
- * grad (the receiver's copy is a leaf that requires grad), u8 ndim, ndim i64
- * sizes; the data travels separately (mpri_tensor_batches.h).
+ * grad (the receiver's copy is a leaf that requires grad) and bit 6
+ * (MPRI_DESC_ON_DEVICE) when it was on a CUDA device, u8 ndim, then for a
+ * device tensor a u8 device index, then ndim i64 sizes; the data travels
+ * separately (mpri_tensor_batches.h), through host memory for device tensors
+ * (the list holds a host copy; the receiver copies it to the same device
+ * index when the value is decoded: mpri_tensor_placement_apply).
  *
  * Encoding: the tensor list de-duplicates by object (a linear scan up to 16
  * entries, then a pointer hash index), so the same tensor named twice is sent
  * once and decoded as one shared tensor; it holds a contiguous version of
- * each (a copy only when the tensor is not contiguous) and refuses device
- * tensors, tensors over MPRI_MAX_TENSOR_BYTES, more than
+ * each (a copy only when the tensor is not contiguous, a host copy for a
+ * device tensor) and refuses tensors over MPRI_MAX_TENSOR_BYTES, more than
  * MPRI_MAX_TENSORS_PER_MESSAGE tensors and more than
  * MPRI_MAX_MESSAGE_TENSOR_BYTES in all. mpri_value_encode brackets the walk
  * with the RRef kind's encode_begin/encode_end hooks, so a failed encode
@@ -32,6 +36,7 @@
  * everything decoded so far is released. */
 #include "mpri_codec.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,9 +100,8 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
         *index = (uint32_t)found;
         return MPR_OK;
     }
-    if (mpr_tensor_device(t) >= 0)
-        return mpr_error_set(MPR_ERR_UNSUPPORTED,
-                             "encode: tensor on cuda:%d; move it to the CPU before sending",
+    if (mpr_tensor_device(t) > 127)
+        return mpr_error_set(MPR_ERR_UNSUPPORTED, "encode: tensor on cuda:%d (devices 0..127 can be sent)",
                              mpr_tensor_device(t));
     if (mpr_tensor_nbytes(t) > MPRI_MAX_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: tensor of %zu bytes exceeds the 2 GiB limit",
@@ -121,7 +125,7 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
     }
     mpr_err_t e = tensor_list_reserve_index(l);
     if (e) return e;
-    mpr_tensor_t *c = mpr_tensor_contiguous(t);
+    mpr_tensor_t *c = mpr_tensor_device(t) >= 0 ? mpri_tensor_wire_to_host(t) : mpr_tensor_contiguous(t);
     if (!c) return mpr_last_error_code();
     l->items[l->len] = c;
     l->orig[l->len] = t;
@@ -204,21 +208,32 @@ void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out
     for (uint32_t i = 0; i < tensors->len; i++) {
         const mpr_tensor_t *t = tensors->items[i];
         /* The flag is the original's: items[i] may be a contiguous copy. */
-        bool requires_grad = mpri_tensor_wire_requires_grad(tensors->orig ? tensors->orig[i] : t);
-        mpri_buf_put_u8(out, (uint8_t)t->dtype | (requires_grad ? MPRI_DESC_REQUIRES_GRAD : 0));
+        const mpr_tensor_t *orig = tensors->orig ? tensors->orig[i] : t;
+        bool requires_grad = mpri_tensor_wire_requires_grad(orig);
+        int device = orig->storage->device; /* items[i] is then its host copy */
+        mpri_buf_put_u8(out, (uint8_t)t->dtype | (requires_grad ? MPRI_DESC_REQUIRES_GRAD : 0) |
+                                 (device >= 0 ? MPRI_DESC_ON_DEVICE : 0));
         mpri_buf_put_u8(out, (uint8_t)t->ndim);
+        if (device >= 0) mpri_buf_put_u8(out, (uint8_t)device);
         mpri_buf_put(out, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     }
 }
 
-/* One descriptor: dtype (bit 7: requires_grad), ndim, shape; validated,
- * not allocated. */
+/* One descriptor: dtype (bit 7: requires_grad, bit 6: on a device), ndim,
+ * [device], shape; validated, not allocated. *device is -1 for the host. */
 static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bool *requires_grad,
-                           uint8_t *ndim, int64_t *shape, uint64_t *nbytes) {
+                           int *device, uint8_t *ndim, int64_t *shape, uint64_t *nbytes) {
     mpr_err_t e;
     if ((e = mpri_read_u8(in, dtype)) || (e = mpri_read_u8(in, ndim))) return e;
     *requires_grad = (*dtype & MPRI_DESC_REQUIRES_GRAD) != 0;
-    *dtype &= (uint8_t)~MPRI_DESC_REQUIRES_GRAD;
+    *device = -1;
+    if (*dtype & MPRI_DESC_ON_DEVICE) {
+        uint8_t d;
+        if ((e = mpri_read_u8(in, &d))) return e;
+        if (d > 127) return mpr_error_set(MPR_ERR_DECODE, "tensor %u: bad device index %u", index, d);
+        *device = d;
+    }
+    *dtype &= (uint8_t)~MPRI_DESC_FLAGS;
     if (*dtype >= MPR_DTYPE_COUNT || *ndim > MPR_MAX_DIMS)
         return mpr_error_set(MPR_ERR_DECODE, "tensor %u: bad descriptor (dtype %u, ndim %u)", index,
                              *dtype, *ndim);
@@ -231,42 +246,88 @@ static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bo
     return MPR_OK;
 }
 
-mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out) {
+mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
+                                   mpri_tensor_placement_t **placement) {
     uint8_t dtype, ndim;
     bool requires_grad;
+    int device;
     int64_t shape[MPR_MAX_DIMS];
     uint64_t nbytes, total = 0;
+    uint32_t on_device = 0;
+    *placement = NULL;
     /* First pass over a copy of the reader: every descriptor valid and the
      * total within the message limit, before any storage is reserved. */
     mpri_reader_t scan = *in;
     for (uint32_t i = 0; i < count; i++) {
-        mpr_err_t e = read_desc(&scan, i, &dtype, &requires_grad, &ndim, shape, &nbytes);
+        mpr_err_t e = read_desc(&scan, i, &dtype, &requires_grad, &device, &ndim, shape, &nbytes);
         if (e) return e;
         total += nbytes; /* <= 65536 * 2 GiB: no overflow */
+        on_device += device >= 0;
     }
     if (total > MPRI_MAX_MESSAGE_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_DECODE, "%u tensors of %llu bytes in all exceed the 64 GiB limit",
                              count, (unsigned long long)total);
+    mpri_tensor_placement_t *p = NULL;
+    if (on_device) {
+        p = calloc(1, sizeof *p + count * sizeof p->items[0]);
+        if (!p) return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor placements", count);
+        p->count = count;
+    }
     uint32_t made = 0;
     mpr_err_t e = MPR_OK;
     for (; made < count; made++) {
-        if ((e = read_desc(in, made, &dtype, &requires_grad, &ndim, shape, &nbytes))) break;
+        if ((e = read_desc(in, made, &dtype, &requires_grad, &device, &ndim, shape, &nbytes))) break;
         out[made] = mpr_tensor_empty(dtype, ndim, shape);
         if (!out[made]) {
             e = mpr_last_error_code();
             break;
         }
-        if (requires_grad && (e = mpri_tensor_wire_set_requires_grad(out[made]))) {
+        if (p) {
+            p->items[made].device = (int16_t)device;
+            p->items[made].requires_grad = requires_grad;
+        }
+        /* A device tensor's leaf is its device copy (placement). */
+        if (requires_grad && device < 0 && (e = mpri_tensor_wire_set_requires_grad(out[made]))) {
             made++;
             break;
         }
     }
-    if (e)
+    if (e) {
         for (uint32_t i = 0; i < made; i++) {
             mpr_tensor_release(out[i]);
             out[i] = NULL;
         }
-    return e;
+        free(p);
+        return e;
+    }
+    *placement = p;
+    return MPR_OK;
+}
+
+mpr_err_t mpri_tensor_placement_apply(mpri_tensor_placement_t *placement, mpr_tensor_t **tensors) {
+    if (!placement) return MPR_OK;
+    if (placement->done)
+        return placement->error ? mpr_error_set(placement->error, "the message's tensors could not be placed on "
+                                                                  "their devices (reported at its first decode)")
+                                : MPR_OK;
+    placement->done = true;
+    for (uint32_t i = 0; i < placement->count; i++) {
+        int device = placement->items[i].device;
+        if (device < 0) continue;
+        mpr_tensor_t *d = mpri_tensor_wire_to_device(tensors[i], device);
+        mpr_err_t e = d ? MPR_OK : mpr_last_error_code();
+        if (d && placement->items[i].requires_grad && (e = mpri_tensor_wire_set_requires_grad(d)))
+            mpr_tensor_release(d);
+        if (e) {
+            char why[MPR_ERROR_TEXT_MAX];
+            snprintf(why, sizeof why, "%s", mpr_last_error());
+            placement->error = e;
+            return mpr_error_set(e, "tensor %u sent from cuda:%d: %s", i, device, why);
+        }
+        mpr_tensor_release(tensors[i]);
+        tensors[i] = d;
+    }
+    return MPR_OK;
 }
 
 static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,

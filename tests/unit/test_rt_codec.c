@@ -15,6 +15,10 @@
 #include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
+/* The placement the decodes below make: they hold host tensors only, so it
+ * stays NULL (test_device_descriptor checks the device case). */
+static mpri_tensor_placement_t *placement;
+
 /* Encode v into fresh buf/tl (the caller finis both); returns the code. */
 static mpr_err_t encode_fresh(const mpr_value_t *v, mpri_buf_t *buf, mpri_tensor_list_t *tl) {
     mpri_buf_init(buf);
@@ -35,7 +39,7 @@ static mpr_value_t *round_trip(const mpr_value_t *v) {
     mpr_tensor_t *recv[16] = {0};
     mpri_reader_t dr;
     mpri_reader_init(&dr, descs.data, descs.len);
-    assert_int_equal(mpri_tensor_descs_decode(&dr, tl.len, recv), MPR_OK);
+    assert_int_equal(mpri_tensor_descs_decode(&dr, tl.len, recv, &placement), MPR_OK);
     assert_int_equal(dr.left, 0);
     for (uint32_t i = 0; i < tl.len; i++)
         memcpy(mpr_tensor_data(recv[i]), mpr_tensor_data(tl.items[i]), mpr_tensor_nbytes(tl.items[i]));
@@ -223,21 +227,21 @@ static void test_tensor_descriptors_rejected(void **state) {
     uint8_t bad_dtype[] = {99, 1, 1, 0, 0, 0, 0, 0, 0, 0};
     mpri_reader_t r;
     mpri_reader_init(&r, bad_dtype, sizeof bad_dtype);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_ERR_DECODE);
     uint8_t bad_ndim[] = {MPR_F32, 9};
     mpri_reader_init(&r, bad_ndim, sizeof bad_ndim);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_ERR_DECODE);
     /* 2^40 elements: oversized, refused before any allocation */
     uint8_t huge[2 + 8] = {MPR_F32, 1};
     int64_t n = (int64_t)1 << 40;
     memcpy(huge + 2, &n, 8);
     mpri_reader_init(&r, huge, sizeof huge);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_ERR_DECODE);
     uint8_t negative[2 + 8] = {MPR_F32, 1};
     n = -5;
     memcpy(negative + 2, &n, 8);
     mpri_reader_init(&r, negative, sizeof negative);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_ERR_DECODE);
     /* second descriptor truncated: the first tensor is freed again */
     uint8_t two[2 + 8 + 2] = {MPR_F32, 1};
     n = 4;
@@ -245,7 +249,7 @@ static void test_tensor_descriptors_rejected(void **state) {
     two[10] = MPR_F32, two[11] = 1;
     mpri_reader_init(&r, two, sizeof two);
     int64_t live = mpr_tensor_live_count();
-    assert_int_equal(mpri_tensor_descs_decode(&r, 2, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 2, out, &placement), MPR_ERR_DECODE);
     assert_int_equal(mpr_tensor_live_count(), live);
     assert_null(out[0]);
 }
@@ -345,7 +349,7 @@ static void test_fuzz_regressions(void **state) {
     mpri_reader_t r;
     mpri_reader_init(&r, crash_strides + sizeof h + h.body_len, sizeof crash_strides - sizeof h - h.body_len);
     int64_t live = mpr_tensor_live_count();
-    assert_int_equal(mpri_tensor_descs_decode(&r, h.tensor_count, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, h.tensor_count, out, &placement), MPR_ERR_DECODE);
     assert_int_equal(mpr_tensor_live_count(), live);
     assert_null(out[0]);
     /* the same defect in one readable descriptor: F32 [0, 2^40, 2^40] */
@@ -353,13 +357,13 @@ static void test_fuzz_regressions(void **state) {
     int64_t dims[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
     memcpy(empty_huge + 2, dims, sizeof dims);
     mpri_reader_init(&r, empty_huge, sizeof empty_huge);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_ERR_DECODE);
     assert_null(out[0]);
     /* F32 [0, 2^40]: empty, strides fit, still accepted */
     uint8_t empty_ok[2 + 2 * 8] = {MPR_F32, 2};
     memcpy(empty_ok + 2, dims, 2 * sizeof *dims);
     mpri_reader_init(&r, empty_ok, sizeof empty_ok);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_OK);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_OK);
     assert_int_equal(mpr_tensor_numel(out[0]), 0);
     mpr_tensor_release(out[0]);
     assert_int_equal(mpr_tensor_live_count(), live);
@@ -498,14 +502,55 @@ static void test_message_tensor_limits(void **state) {
     mpr_tensor_t *out[33] = {0};
     mpri_reader_t r;
     mpri_reader_init(&r, descs, sizeof descs);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 33, out), MPR_ERR_DECODE);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 33, out, &placement), MPR_ERR_DECODE);
     assert_non_null(strstr(mpr_last_error(), "exceed the 64 GiB limit"));
     assert_null(out[0]);
     /* the same descriptors one by one are each fine (shape check only) */
     mpri_reader_init(&r, descs, sizeof descs[0]);
-    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out), MPR_OK);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &placement), MPR_OK);
     assert_int_equal(mpr_tensor_nbytes(out[0]), (size_t)n * 4);
     mpr_tensor_release(out[0]);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
+/* A descriptor with the device bit: the tensor is allocated on the host and
+ * listed in the placement (its requires_grad flag kept there for the device
+ * copy); applying it without that device fails with a message naming it,
+ * again at a second apply. A device index over 127, or a missing one, is
+ * malformed. */
+static void test_device_descriptor(void **state) {
+    (void)state;
+    int64_t live = mpr_tensor_live_count();
+    uint8_t d[3 + 8] = {MPR_F32 | MPRI_DESC_ON_DEVICE | MPRI_DESC_REQUIRES_GRAD, 1, 3};
+    int64_t n = 5;
+    memcpy(&d[3], &n, sizeof n);
+    mpr_tensor_t *out[1] = {0};
+    mpri_reader_t r;
+    mpri_reader_init(&r, d, sizeof d);
+    mpri_tensor_placement_t *p = NULL;
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &p), MPR_OK);
+    assert_int_equal(r.left, 0);
+    assert_non_null(p);
+    assert_int_equal(p->count, 1);
+    assert_int_equal(p->items[0].device, 3);
+    assert_true(p->items[0].requires_grad);
+    assert_int_equal(mpr_tensor_device(out[0]), -1);
+    assert_int_equal(mpr_tensor_numel(out[0]), 5);
+    assert_int_not_equal(mpri_tensor_placement_apply(p, out), MPR_OK);
+    assert_non_null(strstr(mpr_last_error(), "cuda:3"));
+    assert_int_not_equal(mpri_tensor_placement_apply(p, out), MPR_OK);
+    assert_int_equal(mpr_tensor_device(out[0]), -1); /* left as it was */
+    free(p);
+    mpr_tensor_release(out[0]);
+    out[0] = NULL;
+    d[2] = 200;
+    mpri_reader_init(&r, d, sizeof d);
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &p), MPR_ERR_DECODE);
+    assert_null(p);
+    assert_null(out[0]);
+    mpri_reader_init(&r, d, 2); /* the device byte is missing */
+    assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &p), MPR_ERR_DECODE);
+    assert_null(p);
     assert_int_equal(mpr_tensor_live_count(), live);
 }
 
@@ -522,6 +567,7 @@ int main(void) {
         cmocka_unit_test(test_message_tensor_limits),
         cmocka_unit_test(test_tensor_dedup_many),
         cmocka_unit_test(test_batch_plan),
+        cmocka_unit_test(test_device_descriptor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
