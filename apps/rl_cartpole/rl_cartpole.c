@@ -81,7 +81,10 @@ static mpr_err_t load_checkpoint(const run_config_t *rc, agent_t *agent, int64_t
     return e;
 }
 
-/* Every observer runs episode `ep` at once; waits for all of them. */
+/* Every observer runs episode `ep` at once; waits for all of them. The
+ * episode call has no time limit (up to 1000 calls to the agent each, which
+ * on a loaded machine can outlast the default RPC timeout); each of those
+ * calls keeps the default one, so a dead agent or observer still surfaces. */
 static mpr_err_t run_episode(mpr_rref_t *agent_rref, mpr_rref_t **obs, int n_obs, int64_t ep) {
     mpr_future_t **futs = calloc((size_t)n_obs, sizeof *futs);
     if (!futs) return mpr_error_set(MPR_ERR_NOMEM, "out of memory");
@@ -89,11 +92,11 @@ static mpr_err_t run_episode(mpr_rref_t *agent_rref, mpr_rref_t **obs, int n_obs
                                           mpr_value_new_int(MAX_STEPS_PER_EPISODE));
     mpr_err_t e = args ? MPR_OK : mpr_last_error_code();
     for (int i = 0; !e && i < n_obs; i++)
-        if (!(futs[i] = mpr_rref_rpc_async(obs[i], OBSERVER_FN_RUN_EPISODE, args, MPR_TIMEOUT_DEFAULT)))
+        if (!(futs[i] = mpr_rref_rpc_async(obs[i], OBSERVER_FN_RUN_EPISODE, args, 0)))
             e = mpr_last_error_code();
     for (int i = 0; i < n_obs; i++) { /* wait for every started call, even after a failure */
         if (!futs[i]) continue;
-        mpr_err_t fe = mpr_future_wait(futs[i], MPR_TIMEOUT_DEFAULT);
+        mpr_err_t fe = mpr_future_wait(futs[i], MPR_WAIT_FOREVER);
         if (!fe) fe = mpr_future_error(futs[i]);
         if (fe && !e) e = mpr_error_set(fe, "observer %d: %s", i + 1, mpr_future_error_message(futs[i]));
         mpr_future_release(futs[i]);
