@@ -34,6 +34,7 @@ typedef struct run_config {
     const char *level, *optimizer, *embedding_device, *parity_path;
     int64_t vocab, emsize, nhid, nlayers, bptt, batch, eval_batch, epochs, max_tokens;
     int64_t vocab_used; /* the corpus's vocabulary size (<= vocab) */
+    int64_t generate;   /* tokens of text to sample after training */
     double dropout, lr, valid_fraction, parity_tol;
     app_common_t common;
 } run_config_t;
@@ -190,6 +191,45 @@ static mpr_err_t train_step(const run_config_t *rc, model_t *model, mpr_dist_opt
     return e ? e : e2;
 }
 
+/* Sample `n` tokens from the trained model (eval mode, temperature 1), one
+ * at a time through the ps, starting after a line end; print them. */
+static mpr_err_t generate_text(const run_config_t *rc, model_t *model, const corpus_t *corpus, int64_t n) {
+    mpr_err_t e = model_train(model, false);
+    bool prev = mpr_set_grad_enabled(false);
+    mpr_generator_t *g = mpr_generator_create((uint64_t)rc->common.seed + 77);
+    float *p = malloc((size_t)rc->vocab_used * sizeof *p);
+    int64_t tok = 0;
+    for (int64_t i = 0; i < corpus->vocab_size; i++) /* start after a line end */
+        if (strcmp(corpus->tokens[i], corpus->word_level ? "<eos>" : "\n") == 0) tok = i;
+    mpr_tensor_t *h = zeros_state(rc, 1), *c = zeros_state(rc, 1);
+    printf("sample (%lld tokens):\n", (long long)n);
+    for (int64_t k = 0; !e && g && p && k < n; k++) {
+        mpr_scope_begin();
+        mpr_tensor_t *x = mpr_full(MPR_I64, MPR_SHAPE(1, 1), (double)tok), *dec, *hn, *cn;
+        e = model_forward(model, x, h, c, &dec, &hn, &cn);
+        mpr_tensor_t *probs = e ? NULL : mpr_softmax(mpr_reshape(dec, MPR_SHAPE(-1)), 0);
+        if (!e) e = probs ? mpr_copy_to_buffer(probs, MPR_F32, p, (size_t)rc->vocab_used * sizeof *p) : mpr_last_error_code();
+        if (!e) {
+            double u = mpr_generator_next_double(g), acc = 0;
+            for (tok = 0; tok < rc->vocab_used - 1 && (acc += p[tok]) <= u; tok++) {
+            }
+            const char *t = corpus->tokens[tok];
+            if (!corpus->word_level) fputs(t, stdout);
+            else if (strcmp(t, "<eos>") == 0) putchar('\n');
+            else printf("%s ", t);
+            keep_detached(&h, hn), keep_detached(&c, cn);
+        }
+        mpr_scope_end();
+    }
+    printf("\n");
+    mpr_tensor_release(h), mpr_tensor_release(c);
+    free(p);
+    mpr_generator_destroy(g);
+    mpr_set_grad_enabled(prev);
+    mpr_err_t e2 = model_train(model, true);
+    return e ? e : e2;
+}
+
 static int run_trainer(run_config_t *rc) {
     corpus_t *corpus = corpus_load(rc->common.data_dir, strcmp(rc->level, "word") == 0, rc->vocab, rc->valid_fraction,
                                    rc->max_tokens, (uint64_t)rc->common.seed);
@@ -202,8 +242,8 @@ static int run_trainer(run_config_t *rc) {
            "fortunes, %.1f%% <unk>); unigram perplexity %.2f\n",
            rc->level, (long long)corpus->vocab_size, (long long)corpus->n_train, (long long)corpus->n_fortunes_train,
            (long long)corpus->n_valid, (long long)corpus->n_fortunes_valid, 100 * corpus->unk_rate_valid, unigram);
-    corpus_free(corpus);
     if (!train || !valid) {
+        corpus_free(corpus);
         mpr_tensor_release(train), mpr_tensor_release(valid);
         return fail("batching (fewer tokens than a batch: raise --max-tokens)");
     }
@@ -275,6 +315,8 @@ static int run_trainer(run_config_t *rc) {
     app_progress_finish(bar);
     app_progress_destroy(bar);
     app_metrics_close(csv);
+    if (!status && rc->generate > 0 && generate_text(rc, model, corpus, rc->generate)) status = fail("generating text");
+    corpus_free(corpus);
     char *png = app_plot_path(&rc->common);
     if (!status && png && rc->common.metrics_path &&
         app_plot_metrics(rc->common.metrics_path, png, "rnn_lm: training loss and held-out next-token accuracy") == MPR_OK)
@@ -409,6 +451,7 @@ int main(int argc, char **argv) {
         {"epochs", APP_OPT_INT, &rc.epochs, 1, 1e6, NULL, "passes over the training split"},
         {"optimizer", APP_OPT_CHOICE, &rc.optimizer, 0, 0, "sgd|adam", "the DistributedOptimizer's local optimizer"},
         {"lr", APP_OPT_DOUBLE, &rc.lr, 0, 100, NULL, "learning rate (0: 0.05 for sgd as the tutorial, 0.002 for adam)"},
+        {"generate", APP_OPT_INT, &rc.generate, 0, 1e6, NULL, "after training, print this many tokens sampled from the model"},
         {"embedding-device", APP_OPT_STRING, &rc.embedding_device, 0, 0, NULL, "the embedding table's device on the ps: cpu or cuda:N"},
         {"parity", APP_OPT_STRING, &rc.parity_path, 0, 0, NULL, "instead of training: one step against a PyTorch reference file"},
         {"parity-tolerance", APP_OPT_DOUBLE, &rc.parity_tol, 0, 1, NULL, "largest accepted gradient difference for --parity, absolute and relative to the largest gradient of the parameter"},
