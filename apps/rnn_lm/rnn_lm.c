@@ -485,6 +485,9 @@ int main(int argc, char **argv) {
     mpr_init_options_t io;
     mpr_init_options_default(&io);
     io.name = rank == 0 ? "ps" : "trainer";
+    /* the serving ranks enter mpr_shutdown at once and wait there for the whole
+     * run: no limit (the default 300 s stopped their runtime mid-training) */
+    io.shutdown_timeout_s = 0;
     if (mpr_init(&io)) {
         fail("mpr_init");
         MPI_Abort(MPI_COMM_WORLD, 1);
