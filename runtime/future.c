@@ -353,8 +353,11 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
 #define WAIT_SPIN_NS 100000    /* pure spinning (no yield) at the very start */
 #define WAIT_SLEEP_MAX_NS 1000000
 
-/* Wait until every future in `fs` is done. */
-static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) {
+/* Wait until every future in `fs` is done, or `ready(arg)` (if given) is
+ * true: checked before each poll or sleep; whoever makes it true signals
+ * the event, so a sleeping waiter sees it at once. */
+static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, bool (*ready)(void *),
+                           void *ready_arg) {
     const mpri_wait_hooks_t *wait_hooks = atomic_load(&hooks_installed);
     int64_t start = mpri_now_ns();
     int64_t deadline = timeout_s > 0 ? start + (int64_t)(timeout_s * 1e9) : 0;
@@ -365,6 +368,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) 
     for (;;) {
         while (first_pending < n && mpr_future_done(fs[first_pending])) first_pending++;
         if (first_pending == n) break;
+        if (ready && ready(ready_arg)) break;
         if (wait_hooks && wait_hooks->stopped()) {
             result = mpr_error_set(MPR_ERR_SHUTDOWN, "wait: the runtime shut down while the future was pending");
             break;
@@ -401,7 +405,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) 
             active = false;
         }
         uint64_t gen = mpri_event_generation();
-        if (mpr_future_done(fs[first_pending])) continue;
+        if (mpr_future_done(fs[first_pending]) || (ready && ready(ready_arg))) continue;
         int64_t t = sleep_ns;
         if (deadline && deadline - now < t) t = deadline - now;
         mpri_event_wait(gen, t);
@@ -414,14 +418,19 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s) 
 mpr_err_t mpr_future_wait(mpr_future_t *f, double timeout_s) {
     MPRI_ARG_NONNULL(f);
     if (mpr_future_done(f)) return MPR_OK;
-    return wait_many(1, &f, timeout_s);
+    return wait_many(1, &f, timeout_s, NULL, NULL);
+}
+
+mpr_err_t mpri_future_wait_or(mpr_future_t *f, double timeout_s, bool (*ready)(void *arg), void *arg) {
+    if (mpr_future_done(f) || ready(arg)) return MPR_OK;
+    return wait_many(1, &f, timeout_s, ready, arg);
 }
 
 mpr_err_t mpr_future_wait_all(size_t n, mpr_future_t *const *futures, double timeout_s) {
     if (n > 0) MPRI_ARG_NONNULL(futures);
     for (size_t i = 0; i < n; i++)
         if (!futures[i]) return mpr_error_set(MPR_ERR_INVALID_ARG, "wait_all: future %zu is NULL", i);
-    return wait_many(n, futures, timeout_s);
+    return wait_many(n, futures, timeout_s, NULL, NULL);
 }
 
 mpr_err_t mpr_future_get(mpr_future_t *f, double timeout_s, mpr_value_t **value) {

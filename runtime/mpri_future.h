@@ -36,6 +36,12 @@ mpr_err_t mpri_future_on_complete(mpr_future_t *f, void (*fn)(mpr_future_t *f, v
 mpr_err_t mpri_future_on_complete_or_drop(mpr_future_t *f, void (*fn)(mpr_future_t *f, void *arg),
                                           void (*drop)(void *arg), void *arg);
 
+/* Wait (as mpr_future_wait) until `f` is done or `ready(arg)` returns true
+ * (MPR_OK either way; the caller tells which). `ready` is called often and
+ * must be cheap; whoever makes it true must call mpri_event_signal so a
+ * waiter that went to sleep wakes at once. */
+mpr_err_t mpri_future_wait_or(mpr_future_t *f, double timeout_s, bool (*ready)(void *arg), void *arg);
+
 /* Hooks the runtime installs (progress.c, at start) so waits drive progress
  * and observe shutdown, and callbacks go to the worker pool: future.c knows
  * neither the pool nor the progress code, only these. Before they are

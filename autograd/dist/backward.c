@@ -4,43 +4,60 @@
  * from, and mpr_rref_backward.
  *
  * A pass has an id P (root rank << 48 | counter) and is made of pieces. A
- * piece is one engine run on one worker — the root's run from its roots, or
- * the run an incoming BACKWARD_AUTOGRAD_REQ starts from the send function it
- * names — together with the backward requests that run sends.
+ * piece is one engine run on one worker from gradients for one send function
+ * (or, on the root, from its roots), together with the backward requests
+ * that run sends. Pieces begin three ways: the root's run; an incoming
+ * BACKWARD_AUTOGRAD_REQ; an ANSWER — gradients for one of this worker's send
+ * functions that came back inside the reply to one of its requests.
  *
- * STATE MACHINE of a piece (piece_t):
+ * STATE MACHINE of a piece (piece_t), all on the one thread that runs it:
  *
- *   RUNNING --run returned, no request outstanding-----------> DONE(ok)
- *   RUNNING --run returned, k requests outstanding-----------> WAITING
- *   RUNNING --the run failed (a node, the sink)--------------> DONE(error)
- *   WAITING --a request answered ok, others outstanding-----> WAITING
- *   WAITING --the last request answered ok-------------------> DONE(ok)
- *   WAITING --a request answered with an error---------------> DONE(error)
- *   DONE: on the root mpr_dist_backward returns its outcome; elsewhere the
- *         request that began the piece is answered (BACKWARD_AUTOGRAD_RESP,
- *         or the error as MPR_ERR_REMOTE with its origin worker kept).
+ *   RUNNING --run returned, no request sent-------------------> DONE(ok)
+ *   RUNNING --run returned, k requests sent--------------------> WAITING
+ *   RUNNING --the run failed (a node, the sink, bad input)------> DONE(error)
+ *   WAITING --request i answered ok: its answers (if any) run as pieces
+ *             here, each to DONE, before request i+1 is waited on--> WAITING
+ *   WAITING --the last request answered ok and its answers done-> DONE(ok)
+ *   WAITING --a request, or a piece run from an answer, failed--> DONE(error)
+ *   DONE: on the root mpr_dist_backward returns the outcome; for a piece
+ *         begun by a request the request is answered (BACKWARD_AUTOGRAD_RESP
+ *         carrying the piece's answers, or the error as MPR_ERR_REMOTE with
+ *         its origin worker kept); for a piece run from an answer, the outcome
+ *         is the piece that ran it's (its failure fails that piece).
  *
- *   RUNNING: piece_run on one thread; the recv functions the engine reaches
- *   call mpri_dist_recv_backward, which sends BACKWARD_AUTOGRAD_REQ to the
- *   worker the recv's tensors came from and adds the request to the piece
- *   (thread-local `running_piece`). `sealed` is set when the run returns:
- *   from then on no request is added.
+ *   RUNNING: the recv functions the engine reaches call
+ *   mpri_dist_recv_backward (thread-local `running_piece`). Gradients for
+ *   the worker whose request the piece (or the piece it was run from, up the
+ *   chain of answers) is answering are not sent: they join that request's
+ *   answers and travel back in its reply, where the requester — the thread
+ *   waiting for that reply — runs them (one message each way instead of a
+ *   nested request and its reply). Gradients for any other worker go in a
+ *   BACKWARD_AUTOGRAD_REQ added to the piece. `sealed` is set when the run
+ *   returns: from then on no request is added.
  *   WAITING: the same thread waits on the piece's requests in order
- *   (piece_wait; on a pool thread, other queued work runs meanwhile, so a
- *   piece that needs this worker again cannot starve): no thread hand-off
- *   between a reply and the piece it completes.
+ *   (piece_wait). Meanwhile it runs the backward requests of the same
+ *   context that reach this worker (route_backward hands them to the threads
+ *   waiting in the context, which are awake and polling, instead of waking a
+ *   pool thread) and, on a pool thread, other queued work, so a piece that
+ *   needs this worker again cannot starve.
  *
  * What ends a pass: the root's piece reaching DONE. A piece is DONE(ok) only
- * after every request it sent was answered, and a request is answered only
- * when the piece it began is DONE, so DONE(ok) at the root means every piece
- * of the pass, on every worker, has finished. After an error the pass ends
- * at once; pieces still running elsewhere finish on their own and their
- * answers are dropped (their pending requests are gone).
+ * after every request it sent was answered and every answer it got was run
+ * to DONE(ok); a request is answered only when the piece it began is DONE;
+ * so DONE(ok) at the root means every piece of the pass, on every worker,
+ * has finished. After an error the pass ends at once; pieces still running
+ * elsewhere finish on their own and their answers are dropped (their
+ * pending requests are gone).
  *
  * Messages: BACKWARD_AUTOGRAD_REQ — header: context id and the message id of
  * the send function on the receiver; body: u64 pass id, u8 retain_graph,
- * then a list of k gradient tensors (k = the send function's outputs).
- * Answered with BACKWARD_AUTOGRAD_RESP (no value) or an error.
+ * then a list of k gradients (k = the send function's outputs). Answered
+ * with BACKWARD_AUTOGRAD_RESP: none, or a list of answers [int message id of
+ * a send function on the requester, list of its gradients]; or an error.
+ * A gradient is a tensor, or — for a broadcast gradient such as sum's, whose
+ * stride-0 dims hold one value — a list [the tensor with those dims of size
+ * 1, int size of dim 0, ...] that the receiver expands again (no copy; a
+ * 256x256 ones tensor travels as one float).
  *
  * Each piece runs its own graph task over the subgraph its roots reach
  * (dependencies counted from those roots only): backward functions are
@@ -52,35 +69,40 @@
  * worker: the first pass without it marks the context consumed
  * (consumed_by_pass); any other pass touching it there fails MPR_ERR_STATE.
  *
- * Invariants (MPRI_ASSERT): a piece completes exactly once; `outstanding`
- * never goes below zero; no request is added to a sealed piece; the
- * root's wait ends only in DONE. */
+ * Invariants (MPRI_ASSERT): a piece reaches DONE exactly once; no request is
+ * added to a sealed piece; answers are added only to a piece begun by a
+ * request and not yet answered; a context's waiters never go below zero and
+ * requests are handed to it only while it has one (the last to leave runs
+ * what is left); the root's wait ends only in DONE. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "mpri_assert.h"
 #include "mpri_args.h"
+#include "mpri_assert.h"
 #include "mpri_dist.h"
 #include "mpri_engine.h"
 #include "mpri_error.h"
+#include "mpri_event.h"
 #include "mpri_future.h"
+#include "mpri_pool.h"
+#include "mpri_tensor.h"
 
 #define PASS_BITS 48
 
 typedef struct piece {
-    atomic_long refcount;
     mpri_dist_ctx_t *ctx; /* reference */
     uint64_t pass_id;
     bool retain_graph;
-    mpri_msg_t *msg; /* the request that began it (NULL on the root); answered at DONE */
-    pthread_mutex_t lock;
-    int outstanding;  /* requests sent and not answered */
-    bool sealed;      /* the run returned */
-    bool done;
+    mpri_msg_t *msg; /* the request that began it (NULL: the root, or run from an answer) */
+    /* The piece whose reply carries this one's answers: itself when begun by
+     * a request, the running piece's `answering` for one run from an answer,
+     * NULL on the root's side. */
+    struct piece *answering;
+    mpr_value_t *answers; /* when begun by a request: its answers so far (NULL: none) */
+    bool sealed;          /* the run returned */
     mpr_future_t *result; /* completed at DONE: none, or the error */
-    /* The requests the run sent, waited on by the thread that ran it. */
-    mpr_future_t **reqs;
+    mpr_future_t **reqs;  /* the requests the run sent, waited on by the thread that ran it */
     int n_reqs, cap_reqs;
 } piece_t;
 
@@ -88,101 +110,71 @@ static _Thread_local piece_t *running_piece;
 
 static const char *self_name(void) { return mpri_rt.workers[mpri_rt.rank].name; }
 
-static piece_t *piece_new(mpri_dist_ctx_t *ctx, uint64_t pass_id, bool retain_graph, mpri_msg_t *msg) {
-    piece_t *p = calloc(1, sizeof *p);
-    mpr_future_t *result = mpr_future_create();
-    if (!p || !result) {
-        free(p);
-        mpr_future_release(result);
-        mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
-        return NULL;
-    }
-    atomic_init(&p->refcount, 1);
+static mpr_err_t piece_init(piece_t *p, mpri_dist_ctx_t *ctx, uint64_t pass_id, bool retain_graph, mpri_msg_t *msg,
+                            piece_t *answering) {
+    *p = (piece_t){.ctx = ctx, .pass_id = pass_id, .retain_graph = retain_graph, .msg = msg};
+    p->answering = msg ? p : answering;
+    if (!(p->result = mpr_future_create())) return mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
     mpri_dist_ctx_retain(ctx);
-    p->ctx = ctx;
-    p->pass_id = pass_id;
-    p->retain_graph = retain_graph;
-    p->msg = msg;
-    pthread_mutex_init(&p->lock, NULL);
-    p->result = result;
-    return p;
+    return MPR_OK;
 }
 
-static void piece_release(piece_t *p) {
-    if (atomic_fetch_sub_explicit(&p->refcount, 1, memory_order_acq_rel) != 1) return;
-    MPRI_ASSERT(p->done, "a piece is freed only after DONE");
+static void piece_fini(piece_t *p) {
+    MPRI_ASSERT(mpr_future_done(p->result), "a piece is finished only after DONE");
     for (int i = 0; i < p->n_reqs; i++) mpr_future_release(p->reqs[i]);
     free(p->reqs);
+    mpr_value_release(p->answers);
     mpri_dist_ctx_release(p->ctx);
     mpr_future_release(p->result);
-    pthread_mutex_destroy(&p->lock);
-    free(p);
 }
 
-/* Move to DONE once (lock held by the caller, released here): false if it
- * was DONE already. */
-static bool piece_take_done_locked(piece_t *p) {
-    bool first = !p->done;
-    p->done = true;
-    pthread_mutex_unlock(&p->lock);
-    return first;
+static bool piece_done(const piece_t *p) { return mpr_future_done(p->result); }
+
+static void piece_succeed(piece_t *p) {
+    MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
+    mpr_future_set_result(p->result, mpr_value_new_none());
 }
 
-static void piece_succeed(piece_t *p) { mpr_future_set_result(p->result, mpr_value_new_none()); }
-
-/* DONE(error) with this worker as the origin (the root keeps the code). */
+/* DONE(error) with this worker as the origin (a piece not begun by a request
+ * keeps the plain code: the root returns it, a piece run from an answer
+ * hands it to the piece that ran it). */
 static void piece_fail(piece_t *p, mpr_err_t code, const char *detail) {
-    pthread_mutex_lock(&p->lock);
-    if (!piece_take_done_locked(p)) return;
+    MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
     if (!p->msg) {
         mpr_future_set_error(p->result, code, detail);
         return;
     }
-    mpri_remote_error_t *re = malloc(sizeof *re);
-    if (!re) {
-        mpr_future_set_error(p->result, MPR_ERR_NOMEM, "dist backward: out of memory");
-        return;
-    }
-    mpri_remote_error_init(re, self_name(), mpri_rt.rank, "dist backward", code, detail);
-    mpri_future_complete_remote(p->result, re);
-    free(re);
+    mpri_remote_error_t re;
+    mpri_remote_error_init(&re, self_name(), mpri_rt.rank, "dist backward", code, detail);
+    mpri_future_complete_remote(p->result, &re);
 }
 
-/* A request of the piece was answered. */
-static void request_answered(mpr_future_t *f, void *arg) {
-    piece_t *p = arg;
+/* The outcome `f` (done) of a request of `p`, or of a piece `p` ran from an
+ * answer: true if ok; else `p` is DONE(error), a remote failure keeping its
+ * origin (one hop more unless `p` is not begun by a request). */
+static bool piece_absorb(piece_t *p, mpr_future_t *f, bool is_request) {
     mpr_err_t e = mpr_future_error(f);
-    pthread_mutex_lock(&p->lock);
-    MPRI_ASSERT(p->outstanding > 0, "a piece's outstanding requests never go below zero");
-    p->outstanding--;
-    bool last = p->outstanding == 0 && p->sealed;
-    if (e == MPR_OK && !last) {
-        pthread_mutex_unlock(&p->lock);
-    } else if (e == MPR_OK) {
-        if (piece_take_done_locked(p)) piece_succeed(p);
-    } else if (piece_take_done_locked(p)) {
-        const mpri_remote_error_t *passed = mpri_future_remote_error(f);
-        mpri_remote_error_t *re = passed ? malloc(sizeof *re) : NULL;
-        if (re) { /* keep the failing worker as the origin; one hop more unless we are the root */
-            *re = *passed;
-            if (p->msg) mpri_remote_error_pass(re, self_name(), "dist backward");
-            mpri_future_complete_remote(p->result, re);
-            free(re);
+    if (e == MPR_OK) return true;
+    const mpri_remote_error_t *passed = mpri_future_remote_error(f);
+    if (passed) {
+        mpri_remote_error_t re = *passed;
+        if (p->msg) {
+            mpri_remote_error_pass(&re, self_name(), "dist backward");
+            mpri_future_complete_remote(p->result, &re);
         } else {
-            char text[MPR_ERROR_TEXT_MAX];
-            snprintf(text, sizeof text, "a backward request of context %" PRId64 " failed: %s", p->ctx->id,
-                     mpr_future_error_message(f) ? mpr_future_error_message(f) : mpr_strerror(e));
-            /* not DONE-checked again: build the failure by hand */
-            if (!p->msg) {
-                mpr_future_set_error(p->result, e, text);
-            } else {
-                mpri_remote_error_t local;
-                mpri_remote_error_init(&local, self_name(), mpri_rt.rank, "dist backward", e, text);
-                mpri_future_complete_remote(p->result, &local);
-            }
+            mpri_future_complete_remote(p->result, &re);
         }
+        return false;
     }
-    piece_release(p);
+    const char *why = mpr_future_error_message(f)[0] ? mpr_future_error_message(f) : mpr_strerror(e);
+    if (!is_request) {
+        piece_fail(p, e, why);
+    } else {
+        char text[MPR_ERROR_TEXT_MAX];
+        snprintf(text, sizeof text, "a backward request of context %" PRId64 " failed: %s", p->ctx->id, why);
+        piece_fail(p, e, text);
+    }
+    return false;
 }
 
 /* Add request future `f` (new reference, taken) to the running piece: the
@@ -200,44 +192,274 @@ static mpr_err_t piece_add_request(piece_t *p, mpr_future_t *f) {
         p->cap_reqs = cap;
     }
     p->reqs[p->n_reqs++] = f;
-    pthread_mutex_lock(&p->lock);
-    p->outstanding++;
-    pthread_mutex_unlock(&p->lock);
     return MPR_OK;
 }
 
-/* WAITING: the thread that ran the piece waits on its requests, in order
- * (a pool thread runs other queued work meanwhile, so nested pieces on this
- * worker cannot starve); the first failure ends the piece (the others'
- * answers are dropped). No thread hand-off between a reply and the piece. */
-static void piece_wait(piece_t *p) {
-    for (int i = 0; i < p->n_reqs && !mpr_future_done(p->result); i++) {
-        atomic_fetch_add_explicit(&p->refcount, 1, memory_order_relaxed); /* request_answered drops it */
-        mpr_future_wait(p->reqs[i], MPR_WAIT_FOREVER); /* bounded by the request's timeout */
-        request_answered(p->reqs[i], p);
+/* ---- gradients on the wire ---- */
+
+/* `g` as a wire item (new value): the tensor, or for a broadcast tensor
+ * [the tensor with its stride-0 dims of size 1, sizes...]. A strided
+ * gradient is made contiguous here by the backend's copy (the codec's
+ * generic copy is element by element). */
+static mpr_value_t *grad_to_wire(mpr_tensor_t *g) {
+    int64_t compact[MPR_MAX_DIMS];
+    bool broadcast = false;
+    for (int d = 0; d < g->ndim; d++) {
+        compact[d] = g->strides[d] == 0 ? 1 : g->shape[d];
+        if (compact[d] != g->shape[d]) broadcast = true;
     }
-    MPRI_ASSERT(mpr_future_done(p->result), "a piece is DONE once every request was answered or one failed");
+    mpr_tensor_t *c = broadcast ? mpri_tensor_view(g->storage, g->dtype, g->ndim, compact, g->strides, g->offset)
+                                : mpr_tensor_retain(g);
+    if (c && !mpr_tensor_is_contiguous(c)) {
+        mpr_tensor_t *packed = mpri_contiguous_raw(c);
+        mpr_tensor_release(c);
+        c = packed;
+    }
+    if (!c) return NULL;
+    mpr_value_t *v = mpr_value_new_tensor(c);
+    mpr_tensor_release(c);
+    if (!v || !broadcast) return v;
+    mpr_value_t *item = mpr_value_new_list();
+    if (mpr_value_list_append(item, v) != MPR_OK) {
+        mpr_value_release(item);
+        return NULL;
+    }
+    for (int d = 0; d < g->ndim; d++)
+        if (mpr_value_list_append(item, mpr_value_new_int(g->shape[d])) != MPR_OK) {
+            mpr_value_release(item);
+            return NULL;
+        }
+    return item;
 }
+
+static mpr_value_t *grads_to_wire(int n, mpr_tensor_t *const *gs) {
+    mpr_value_t *list = mpr_value_new_list();
+    for (int i = 0; list && i < n; i++)
+        if (mpr_value_list_append(list, grad_to_wire(gs[i])) != MPR_OK) {
+            mpr_value_release(list);
+            list = NULL;
+        }
+    return list;
+}
+
+/* A wire item back to a gradient (new reference) or NULL with the error set. */
+static mpr_tensor_t *grad_from_wire(const mpr_value_t *item) {
+    mpr_tensor_t *t = NULL;
+    if (mpr_value_kind(item) == MPR_VALUE_TENSOR) {
+        mpr_value_get_tensor(item, &t);
+        return mpr_tensor_retain(t);
+    }
+    size_t n = mpr_value_list_len(item);
+    if (mpr_value_get_tensor(mpr_value_list_get(item, 0), &t) != MPR_OK || (int)n - 1 != t->ndim) {
+        mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
+        return NULL;
+    }
+    int64_t shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) {
+        if (mpr_value_get_int(mpr_value_list_get(item, (size_t)d + 1), &shape[d]) != MPR_OK || shape[d] < 0 ||
+            (t->shape[d] != 1 && t->shape[d] != shape[d])) {
+            mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
+            return NULL;
+        }
+        strides[d] = t->shape[d] == shape[d] ? t->strides[d] : 0;
+    }
+    return mpri_tensor_view(t->storage, t->dtype, t->ndim, shape, strides, t->offset);
+}
+
+/* ---- running pieces ---- */
+
+static void piece_wait(piece_t *p);
 
 /* RUNNING: run the engine from `edges` fed with `grads`, then seal. */
 static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t *const *grads) {
     mpri_engine_opts_t opts = {.retain_graph = true, .sink = mpri_dist_ctx_sink, .sink_ctx = p->ctx};
     mpri_graph_task_t *task = mpri_graph_task_create(&opts);
     mpr_err_t e = task ? mpri_graph_task_add_roots(task, n, edges) : mpr_last_error_code();
-    piece_t *outer = running_piece; /* a pool thread may run a piece while it waits in another */
+    piece_t *outer = running_piece; /* a thread may run a piece while it waits in another */
     running_piece = p;
     if (!e) e = mpri_graph_task_run(task, n, edges, grads);
     running_piece = outer;
     char detail[MPR_ERROR_TEXT_MAX];
     if (e) snprintf(detail, sizeof detail, "%s", mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
     mpri_graph_task_destroy(task);
-    if (e) piece_fail(p, e, detail);
-    pthread_mutex_lock(&p->lock);
     p->sealed = true;
-    if (p->outstanding > 0)
-        pthread_mutex_unlock(&p->lock); /* WAITING */
-    else if (piece_take_done_locked(p))
-        piece_succeed(p);
+    if (e) piece_fail(p, e, detail);
+}
+
+/* Run `p` (initialized, RUNNING) from the send function `msg_id` of its
+ * context fed with the wire gradients `grads`, through WAITING to DONE. Bad
+ * input (no such send function, a wrong count, a malformed gradient) is
+ * DONE(error) without a run. */
+static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads) {
+    mpri_dist_ctx_t *c = p->ctx;
+    pthread_mutex_lock(&c->lock);
+    mpri_node_t *send = mpri_dist_ctx_find_send_locked(c, msg_id);
+    pthread_mutex_unlock(&c->lock);
+    mpr_err_t e = MPR_OK;
+    int k = send ? send->n_outputs : 0;
+    if (!send)
+        e = mpr_error_set(MPR_ERR_NOT_FOUND, "context %" PRId64 " has no send function for message %" PRIu64, c->id,
+                          msg_id);
+    else if (mpr_value_kind(grads) != MPR_VALUE_LIST || (int)mpr_value_list_len(grads) != k)
+        e = mpr_error_set(MPR_ERR_DECODE, "backward message with %zu gradients for a send function of %d tensors",
+                          mpr_value_list_len(grads), k);
+    mpri_edge_t *edges = NULL;
+    mpr_tensor_t **gs = NULL;
+    if (!e && (!(edges = calloc((size_t)k, sizeof *edges)) || !(gs = calloc((size_t)k, sizeof *gs))))
+        e = mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
+    for (int i = 0; !e && i < k; i++) {
+        edges[i] = (mpri_edge_t){send, i};
+        if (!(gs[i] = grad_from_wire(mpr_value_list_get(grads, (size_t)i)))) e = mpr_last_error_code();
+    }
+    if (e) {
+        char text[MPR_ERROR_TEXT_MAX];
+        snprintf(text, sizeof text, "%s", mpr_last_error());
+        piece_fail(p, e, text);
+    } else {
+        piece_run(p, k, edges, gs);
+        piece_wait(p);
+    }
+    for (int i = 0; gs && i < k; i++) mpr_tensor_release(gs[i]);
+    free(edges);
+    free(gs);
+    mpri_node_release(send);
+}
+
+/* Run the answers of a reply (a list of [message id, gradients]) as pieces
+ * of `p`'s pass, each to DONE; the first failure fails `p`. */
+static void piece_run_answers(piece_t *p, const mpr_value_t *answers) {
+    size_t n = mpr_value_list_len(answers);
+    for (size_t i = 0; i < n && !piece_done(p); i++) {
+        const mpr_value_t *a = mpr_value_list_get(answers, i);
+        int64_t msg_id = 0;
+        if (mpr_value_list_len(a) != 2 || mpr_value_get_int(mpr_value_list_get(a, 0), &msg_id) != MPR_OK) {
+            piece_fail(p, MPR_ERR_DECODE, "malformed answer in a backward reply");
+            return;
+        }
+        piece_t q;
+        if (piece_init(&q, p->ctx, p->pass_id, p->retain_graph, NULL, p->answering) != MPR_OK) {
+            piece_fail(p, MPR_ERR_NOMEM, "dist backward: out of memory");
+            return;
+        }
+        piece_run_send(&q, (uint64_t)msg_id, mpr_value_list_get(a, 1));
+        piece_absorb(p, q.result, false);
+        piece_fini(&q);
+    }
+}
+
+/* ---- handing backward requests to the threads that wait for them ---- */
+
+static void handle_backward(mpri_msg_t *msg);
+
+static bool inbox_ready(void *arg) {
+    mpri_dist_ctx_t *c = arg;
+    return atomic_load_explicit(&c->bw_inbox_len, memory_order_acquire) > 0;
+}
+
+static mpri_msg_t *inbox_take(mpri_dist_ctx_t *c) {
+    pthread_mutex_lock(&c->lock);
+    mpri_msg_t *m = c->bw_inbox;
+    if (m) {
+        c->bw_inbox = m->next;
+        if (!c->bw_inbox) c->bw_inbox_tail = NULL;
+        m->next = NULL;
+        atomic_fetch_sub_explicit(&c->bw_inbox_len, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return m;
+}
+
+static void waiter_enter(mpri_dist_ctx_t *c) {
+    pthread_mutex_lock(&c->lock);
+    c->bw_waiters++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* The last waiter to leave runs what is still handed to the waiters: after
+ * the count dropped to zero nothing more is handed (route_backward checks it
+ * under the same lock), so no request is left behind. */
+static void waiter_leave(mpri_dist_ctx_t *c) {
+    pthread_mutex_lock(&c->lock);
+    MPRI_ASSERT(c->bw_waiters > 0, "a context's backward waiters never go below zero");
+    mpri_msg_t *left = --c->bw_waiters == 0 ? c->bw_inbox : NULL;
+    if (left) {
+        c->bw_inbox = c->bw_inbox_tail = NULL;
+        atomic_store_explicit(&c->bw_inbox_len, 0, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&c->lock);
+    while (left) {
+        mpri_msg_t *m = left;
+        left = m->next;
+        m->next = NULL;
+        handle_backward(m);
+    }
+}
+
+static void run_backward_task(void *arg) { handle_backward(arg); }
+static void drop_backward_task(void *arg) { mpri_msg_done(arg); }
+
+/* The handler of BACKWARD_AUTOGRAD_REQ, in the progress context (never
+ * blocks): a request for a context some thread of this worker waits in (a
+ * root in mpr_dist_backward, a piece waiting for its requests) is handed to
+ * that thread, which is awake and polling, so it runs at once and no pool
+ * thread has to be woken (on a loaded 2-core machine that wake-up took 100 us
+ * and more); otherwise it goes to the pool. */
+static void route_backward(mpri_msg_t *msg) {
+    mpri_dist_ctx_t *c = mpri_dist_ctx_find((int64_t)msg->hdr.autograd_context_id);
+    bool handed = false;
+    if (c) {
+        pthread_mutex_lock(&c->lock);
+        if (c->bw_waiters > 0) {
+            msg->next = NULL;
+            if (c->bw_inbox_tail)
+                c->bw_inbox_tail->next = msg;
+            else
+                c->bw_inbox = msg;
+            c->bw_inbox_tail = msg;
+            atomic_fetch_add_explicit(&c->bw_inbox_len, 1, memory_order_release);
+            handed = true;
+        }
+        pthread_mutex_unlock(&c->lock);
+        mpri_dist_ctx_release(c);
+    }
+    if (handed) {
+        mpri_event_signal();
+        return;
+    }
+    if (!mpri_pool_running() || mpri_pool_submit(run_backward_task, drop_backward_task, msg) != MPR_OK) {
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "dist backward: the worker pool cannot take the request");
+        mpri_msg_done(msg);
+    }
+}
+
+/* WAITING -> DONE: the thread that ran the piece waits on its requests, in
+ * order, running the answers of each reply, and meanwhile the backward
+ * requests of the same context handed to it (route_backward) and, on a pool
+ * thread, other queued work; the first failure ends the piece (the other
+ * requests' replies are dropped). No thread hand-off between a reply and the
+ * piece. */
+static void piece_wait(piece_t *p) {
+    MPRI_ASSERT(p->sealed || piece_done(p), "a piece waits only after its run returned");
+    waiter_enter(p->ctx);
+    for (int i = 0; i < p->n_reqs && !piece_done(p); i++) {
+        for (;;) { /* bounded by the request's timeout */
+            mpr_err_t e = mpri_future_wait_or(p->reqs[i], MPR_WAIT_FOREVER, inbox_ready, p->ctx);
+            mpri_msg_t *m = inbox_take(p->ctx);
+            if (m)
+                handle_backward(m);
+            else if (e || mpr_future_done(p->reqs[i]))
+                break;
+        }
+        if (!mpr_future_done(p->reqs[i])) { /* the wait failed: the runtime stopped */
+            piece_fail(p, MPR_ERR_SHUTDOWN, "the runtime shut down during dist backward");
+            break;
+        }
+        if (!piece_absorb(p, p->reqs[i], true)) break;
+        const mpr_value_t *answers = mpri_future_value(p->reqs[i]);
+        if (mpr_value_kind(answers) == MPR_VALUE_LIST) piece_run_answers(p, answers);
+    }
+    waiter_leave(p->ctx);
+    if (!piece_done(p)) piece_succeed(p);
 }
 
 /* ---- the recv function's backward: gradients go back to the sender ---- */
@@ -253,13 +475,19 @@ mpr_err_t mpri_dist_recv_backward(mpri_node_t *node, mpr_tensor_t *const *gout, 
                              "backward reached a tensor received by an RPC in dist autograd context %" PRId64
                              ": run mpr_dist_backward in that context, not mpr_backward",
                              ctx_id);
-    mpr_value_t *grads = mpr_value_new_list();
-    for (int i = 0; grads && i < node->n_outputs; i++)
-        if (mpr_value_list_append(grads, mpr_value_new_tensor(gout[i])) != MPR_OK) {
-            mpr_value_release(grads);
-            grads = NULL;
-        }
+    mpr_value_t *grads = grads_to_wire(node->n_outputs, gout);
     if (!grads) return mpr_last_error_code();
+    piece_t *a = p->answering;
+    if (a && peer == a->msg->src && (int64_t)a->msg->hdr.autograd_context_id == ctx_id) {
+        /* The worker waiting for a's reply: the gradients go back in it. */
+        MPRI_ASSERT(!piece_done(a), "answers are added only to a piece not yet answered");
+        mpr_value_t *answer = mpr_value_list_of(2, mpr_value_new_int((int64_t)msg_id), grads);
+        if (!a->answers && answer && !(a->answers = mpr_value_new_list())) {
+            mpr_value_release(answer);
+            answer = NULL;
+        }
+        return answer ? mpr_value_list_append(a->answers, answer) : mpr_last_error_code();
+    }
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_BACKWARD_AUTOGRAD_REQ);
     m.hdr.autograd_context_id = (uint64_t)ctx_id;
@@ -298,18 +526,6 @@ static mpr_err_t enter_pass(mpri_dist_ctx_t *c, uint64_t pass_id, bool retain_gr
     return e;
 }
 
-/* DONE on a worker that is not the root: answer the request. */
-static void answer_request(mpr_future_t *result, void *arg) {
-    piece_t *p = arg;
-    if (mpr_future_error(result) == MPR_OK)
-        mpri_reply_value(p->msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, NULL);
-    else
-        mpri_reply_future_error(p->msg, result);
-    mpri_msg_done(p->msg);
-    p->msg = NULL;
-    piece_release(p);
-}
-
 /* Answer `msg` with a failure of this worker before any piece began. */
 static void refuse(mpri_msg_t *msg, mpr_err_t code, const char *detail) {
     mpri_remote_error_t re;
@@ -335,50 +551,30 @@ static void handle_backward(mpri_msg_t *msg) {
         return refuse(msg, MPR_ERR_DECODE, "malformed backward request");
     mpri_dist_ctx_t *c = mpri_dist_ctx_find(ctx_id);
     char text[MPR_ERROR_TEXT_MAX];
-    if (!c) {
-        mpr_value_release(grads);
+    mpr_err_t e = c ? enter_pass(c, pass_id, retain) : MPR_OK;
+    if (!c)
         snprintf(text, sizeof text, "dist autograd context %" PRId64 " is not alive on %s (ended, or never known)",
                  ctx_id, self_name());
-        return refuse(msg, MPR_ERR_NOT_FOUND, text);
-    }
-    mpri_node_t *send = NULL;
-    mpr_err_t e = enter_pass(c, pass_id, retain);
-    if (!e) {
-        pthread_mutex_lock(&c->lock);
-        send = mpri_dist_ctx_find_send_locked(c, msg->hdr.autograd_message_id);
-        pthread_mutex_unlock(&c->lock);
-        if (!send)
-            e = mpr_error_set(MPR_ERR_NOT_FOUND, "context %" PRId64 " has no send function for message %" PRIu64,
-                              ctx_id, msg->hdr.autograd_message_id);
-    }
-    int k = send ? send->n_outputs : 0;
-    if (!e && (mpr_value_kind(grads) != MPR_VALUE_LIST || (int)mpr_value_list_len(grads) != k))
-        e = mpr_error_set(MPR_ERR_DECODE, "backward request with %zu gradients for a send function of %d tensors",
-                          mpr_value_list_len(grads), k);
-    mpri_edge_t *edges = NULL;
-    mpr_tensor_t **gs = NULL;
-    if (!e && (!(edges = calloc((size_t)k, sizeof *edges)) || !(gs = calloc((size_t)k, sizeof *gs))))
-        e = mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
-    for (int i = 0; !e && i < k; i++) {
-        edges[i] = (mpri_edge_t){send, i};
-        e = mpr_value_get_tensor(mpr_value_list_get(grads, (size_t)i), &gs[i]);
-    }
-    piece_t *p = e ? NULL : piece_new(c, pass_id, retain, msg);
-    if (!p) {
+    else if (e)
         snprintf(text, sizeof text, "%s", mpr_last_error());
-        if (!e) e = mpr_last_error_code();
-    }
-    if (p) {
-        piece_run(p, k, edges, gs);
-        piece_wait(p);
-        answer_request(p->result, p); /* DONE: the piece's reference moves to it */
-    }
-    free(edges);
-    free(gs);
-    mpri_node_release(send);
-    mpr_value_release(grads);
+    piece_t p;
+    if (c && !e && (e = piece_init(&p, c, pass_id, retain, msg, NULL)) != MPR_OK)
+        snprintf(text, sizeof text, "%s", mpr_last_error());
     mpri_dist_ctx_release(c);
-    if (!p) refuse(msg, e, text);
+    if (!c || e) {
+        mpr_value_release(grads);
+        return refuse(msg, c ? e : MPR_ERR_NOT_FOUND, text);
+    }
+    piece_run_send(&p, msg->hdr.autograd_message_id, grads);
+    mpr_value_release(grads);
+    /* DONE: answer the request. */
+    if (mpr_future_error(p.result) == MPR_OK)
+        mpri_reply_value(msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, p.answers);
+    else
+        mpri_reply_future_error(msg, p.result);
+    mpri_msg_done(msg);
+    p.msg = NULL;
+    piece_fini(&p);
 }
 
 /* ---- the root ---- */
@@ -407,7 +603,6 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
     pthread_mutex_unlock(&c->lock);
     mpri_edge_t *edges = calloc((size_t)n, sizeof *edges);
     mpr_tensor_t **ones = calloc((size_t)n, sizeof *ones);
-    piece_t *p = NULL;
     e = edges && ones ? enter_pass(c, pass_id, retain_graph) : mpr_error_set(MPR_ERR_NOMEM, "mpr_dist_backward: out of memory");
     for (int i = 0; !e && i < n; i++) {
         edges[i] = mpri_tensor_edge(roots[i]);
@@ -418,23 +613,22 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
         mpr_scope_end();
         if (!edges[i].node || !ones[i]) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
     }
-    if (!e && !(p = piece_new(c, pass_id, retain_graph, NULL))) e = mpr_last_error_code();
-    if (!e) {
-        piece_run(p, n, edges, ones);
-        piece_wait(p);
-        e = mpr_future_wait(p->result, MPR_WAIT_FOREVER);
-        MPRI_ASSERT(e != MPR_OK || mpr_future_done(p->result), "the root's wait ends only in DONE");
-        if (!e) e = mpr_future_error(p->result);
+    piece_t p;
+    if (!e && !(e = piece_init(&p, c, pass_id, retain_graph, NULL, NULL))) {
+        piece_run(&p, n, edges, ones);
+        piece_wait(&p);
+        MPRI_ASSERT(piece_done(&p), "the root's wait ends only in DONE");
+        e = mpr_future_error(p.result);
         if (e) {
-            const mpri_remote_error_t *re = mpri_future_remote_error(p->result);
+            const mpri_remote_error_t *re = mpri_future_remote_error(p.result);
             if (re)
                 mpri_error_set_remote(re);
             else
                 mpr_error_set(e, "mpr_dist_backward on %s: %s", self_name(),
-                              mpr_future_error_message(p->result) ? mpr_future_error_message(p->result)
-                                                                  : mpr_strerror(e));
+                              mpr_future_error_message(p.result)[0] ? mpr_future_error_message(p.result)
+                                                                    : mpr_strerror(e));
         }
-        piece_release(p);
+        piece_fini(&p);
     }
     for (int i = 0; ones && i < n; i++) mpr_tensor_release(ones[i]);
     free(ones);
@@ -493,7 +687,7 @@ mpr_err_t mpr_rref_backward(mpr_rref_t *rref, int64_t ctx_id, bool retain_graph)
 }
 
 mpr_err_t mpri_dist_backward_install(void) {
-    mpr_err_t e = mpri_set_handler(MPRI_MSG_BACKWARD_AUTOGRAD_REQ, handle_backward, false);
+    mpr_err_t e = mpri_set_handler(MPRI_MSG_BACKWARD_AUTOGRAD_REQ, route_backward, true);
     if (!e) e = mpr_register_function(RREF_BACKWARD_FN, rref_backward_fn, NULL);
     return e;
 }

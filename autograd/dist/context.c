@@ -128,6 +128,7 @@ void mpri_dist_ctx_release(mpri_dist_ctx_t *c) {
     MPRI_ASSERT(before > 0, "dist autograd context released more often than retained");
     if (before != 1) return;
     MPRI_ASSERT(c->ended, "the last reference to an ALIVE context is the table's");
+    MPRI_ASSERT(!c->bw_inbox && c->bw_waiters == 0, "backward requests are handed only to live waiters");
     free_contents(c->sends, c->nsends, c->grads, c->ngrads);
     free(c->workers);
     pthread_mutex_destroy(&c->lock);
@@ -167,6 +168,7 @@ static mpri_dist_ctx_t *ctx_new(int64_t id) {
         return NULL;
     }
     atomic_init(&c->refcount, 1); /* the table's */
+    atomic_init(&c->bw_inbox_len, 0);
     c->id = id;
     pthread_mutex_init(&c->lock, NULL);
     return c;

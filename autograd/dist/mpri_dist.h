@@ -43,6 +43,12 @@ typedef struct mpri_dist_ctx {
     int ngrads, capgrads;
     uint64_t consumed_by_pass; /* a pass without retain_graph ran here (0: none) */
     uint64_t passes_begun;     /* root passes begun on this worker */
+    /* Backward requests handed to the threads waiting in a piece of this
+     * context (backward.c): FIFO through mpri_msg_t.next, only while
+     * bw_waiters > 0; bw_inbox_len mirrors its length for lock-free checks. */
+    int bw_waiters;
+    struct mpri_msg *bw_inbox, *bw_inbox_tail;
+    atomic_int bw_inbox_len;
     struct mpri_dist_ctx *next; /* table chain */
 } mpri_dist_ctx_t;
 

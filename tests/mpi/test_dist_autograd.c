@@ -149,8 +149,12 @@ static mpr_err_t fn_fail_in_backward(mpr_call_ctx_t *ctx, const mpr_value_t *arg
     return MPR_OK;
 }
 
-static mpr_err_t fn_slow_mm(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
-    usleep(300000);
+/* mm that first waits until its worker's main thread opens a gate
+ * (test_reply_outlives_context). */
+static atomic_bool mm_gate_open;
+
+static mpr_err_t fn_gated_mm(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    while (!atomic_load(&mm_gate_open)) usleep(1000);
     return fn_mm(ctx, args, result);
 }
 
@@ -575,16 +579,33 @@ static void test_misuse(void) {
     mpr_tensor_release(w);
 }
 
-/* A reply arriving after its context ended is dropped safely. */
+/* A reply arriving after its context ended is dropped safely. The order is
+ * fixed, not timed: the call's handler on rank 1 waits on a gate that rank
+ * 1's main thread opens only when rank 0 says so over plain MPI (no pool
+ * thread needed), which rank 0 does after it ended the context; so the
+ * reply is sent, and arrives, after the end. */
 static void test_reply_outlives_context(void) {
+    if (me == 1) { /* the gate's keeper */
+        int go = 0;
+        MPI_Request req;
+        MPI_Irecv(&go, 1, MPI_INT, 0, 93, MPI_COMM_WORLD, &req);
+        for (int done = 0; !done;) {
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (!done) usleep(1000);
+        }
+        atomic_store(&mm_gate_open, true);
+    }
     if (me != 0) return;
     mpr_tensor_t *w = filled(2, 2, 0.3, true);
     int64_t ctx;
     CHECK_OK(mpr_dist_context_begin(&ctx));
     mpr_value_t *args = tensors2(w, w);
-    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(1), "slow_mm", args, 60);
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(1), "gated_mm", args, 60);
     mpr_value_release(args);
     CHECK_OK(mpr_dist_context_end(ctx));
+    CHECK(!mpr_future_done(f)); /* the gate is still closed */
+    int go = 1;
+    MPI_Send(&go, 1, MPI_INT, 1, 93, MPI_COMM_WORLD);
     mpr_value_t *v = NULL;
     CHECK_OK(mpr_future_get(f, 60, &v));
     mpr_tensor_t *y;
@@ -789,7 +810,7 @@ int main(int argc, char **argv) {
     bool report = argc > 1 && strcmp(argv[1], "leak-report") == 0;
     if (argc > 1 && !report) leak_steps = atoi(argv[1]);
     CHECK_OK(mpr_register_function("mm", fn_mm, NULL));
-    CHECK_OK(mpr_register_function("slow_mm", fn_slow_mm, NULL));
+    CHECK_OK(mpr_register_function("gated_mm", fn_gated_mm, NULL));
     CHECK_OK(mpr_register_function("triple", fn_triple, NULL));
     CHECK_OK(mpr_register_function("chain", fn_chain, NULL));
     CHECK_OK(mpr_register_function("chain_sum", fn_chain_sum, NULL));
