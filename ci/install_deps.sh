@@ -1,13 +1,14 @@
 #!/bin/bash
 # Install what building and testing mpirpc needs on Debian 12 (run as root, or
-# with sudo available), the apps' data (dataset-fashion-mnist) and plotting
-# tool (gnuplot-nox) included. Idempotent: skips apt when everything is present.
+# with sudo available), the apps' data (dataset-fashion-mnist; fortunes, the
+# text rnn_lm learns) and plotting tool (gnuplot-nox) included. Idempotent: skips apt when everything is present.
 # --test also installs PyTorch 1.13 (python3-torch, with NumPy), which the
 # interop test uses to read the files the library writes (it skips without),
 # and Slurm with munge, which tests/slurm starts for real (it skips without).
 set -euo pipefail
 packages=(build-essential cmake pkg-config git libopenmpi-dev openmpi-bin libcmocka-dev libopenblas-dev
-          libhwloc-dev zlib1g-dev libcjson-dev dataset-fashion-mnist gnuplot-nox)
+          libhwloc-dev zlib1g-dev libcjson-dev dataset-fashion-mnist gnuplot-nox
+          fortunes)
 if [ "${1:-}" = "--test" ]; then
   packages+=(python3-torch slurm-wlm munge) # PyTorch references; a real Slurm for tests/slurm
 elif [ $# -gt 0 ]; then
