@@ -22,6 +22,7 @@ typedef std::atomic<unsigned long> atomic_ulong;
 #include "mpirpc/tensor.h"
 
 struct mpri_autograd_meta;
+struct mpri_tensor_block;
 
 typedef struct mpri_storage {
     atomic_long refcount;
@@ -30,6 +31,9 @@ typedef struct mpri_storage {
     int device;             /* -1 CPU, N cuda:N */
     atomic_ulong version;   /* bumped by every in-place write */
     void (*free_data)(void *data, int device); /* NULL: free() */
+    /* Non-NULL: this storage and its bytes live inside a block shared with
+     * other storages (tensor_block.c); releasing it drops the block. */
+    struct mpri_tensor_block *block;
 } mpri_storage_t;
 
 #define MPRI_TENSOR_MAGIC 0x54454e53u /* "TENS": a live tensor */
@@ -43,6 +47,9 @@ struct mpr_tensor {
     uint32_t magic;
     mpr_dtype_t dtype;
     int ndim;
+    /* This struct lives inside its storage's tensor block (tensor_block.c),
+     * not in an allocation of its own: freed with the block. */
+    bool in_block;
     int64_t shape[MPR_MAX_DIMS];
     int64_t strides[MPR_MAX_DIMS]; /* in elements */
     int64_t offset;                /* in elements */
@@ -65,10 +72,37 @@ mpri_storage_t *mpri_storage_create(size_t nbytes);
 mpri_storage_t *mpri_storage_retain(mpri_storage_t *s);
 void mpri_storage_release(mpri_storage_t *s);
 
+/* A block holding the bytes, the storage records and the tensor structs of
+ * up to `nstorages` small CPU tensors in one allocation (what a received
+ * batch of small tensors is written into: tensor_block.c). Each tensor
+ * carved from it has a storage of its own (own refcount, own version
+ * counter) whose bytes are a slice of the block; the block is freed when its
+ * last storage is released, so any one tensor (or a view of it) keeps the
+ * whole block (at most MPRI_BATCH_MAX_BYTES of data) alive. The block starts
+ * with one reference, its creator's, dropped by mpri_tensor_block_release
+ * once carving is done. */
+typedef struct mpri_tensor_block mpri_tensor_block_t;
+/* NULL (error set) when out of memory. Data starts 64-byte aligned. */
+mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstorages);
+/* A contiguous tensor whose bytes are [offset, offset + its nbytes) of the
+ * block, its storage being record `index` (each index carved once). The
+ * caller checks the shape (mpri_tensor_check_shape), that the slice fits the
+ * block and that `offset` is a multiple of the dtype size. NULL on failure. */
+mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, size_t offset,
+                                      mpr_dtype_t dtype, int ndim, const int64_t *shape);
+void mpri_tensor_block_release(mpri_tensor_block_t *b);
+
 /* A tensor viewing `storage` (a new reference is taken). strides NULL means
  * contiguous row-major. Checks that the view stays inside the storage. */
 mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int ndim,
                                const int64_t *shape, const int64_t *strides, int64_t offset);
+
+/* Make `t` (zeroed memory, in a tensor block when `in_block`) a live
+ * contiguous tensor over the whole of `storage`, taking over the caller's
+ * reference to it. dtype/ndim/shape are already checked and storage->nbytes
+ * is their size. */
+mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storage_t *storage,
+                                     mpr_dtype_t dtype, int ndim, const int64_t *shape);
 
 /* Validates dtype/ndim/shape; returns MPR_OK or MPR_ERR_INVALID_ARG with detail
  * naming `op`. Both the element count and the product of the dims with 0 taken

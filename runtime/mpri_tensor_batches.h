@@ -7,8 +7,15 @@
  *   from and received into its storage as plain bytes (large transfers keep
  *   MPI's single-copy paths);
  * - a run of consecutive smaller tensors shares one batch of at most
- *   MPRI_BATCH_MAX_BYTES, described by an hindexed datatype over their
- *   storages (still no copy of ours: MPI gathers and scatters).
+ *   MPRI_BATCH_MAX_BYTES: one MPI message of MPI_BYTEs, the run's tensors'
+ *   bytes one after the other with no padding. The sender sends it from
+ *   memory where those bytes already lie back to back (e.g. tensors it
+ *   received), else packs them (memcpy) when they average at most
+ *   MPRI_BATCH_PACK_MAX_AVG bytes, else describes them with an hindexed
+ *   datatype; the receiver receives it into one tensor block
+ *   (mpri_tensor.h), or through an hindexed datatype when alignment kept
+ *   its tensors apart (value_codec.c). Either side's choice is invisible to
+ *   the other.
  * Sender and receiver compute the same plan from the tensor sizes alone, and
  * MPI's non-overtaking rule matches the batches in order. Before batching, a
  * message of 65536 small tensors was 65536 MPI messages and took ~18 s on
@@ -24,6 +31,17 @@
 
 #define MPRI_BATCH_ALONE_BYTES ((size_t)64 << 10)
 #define MPRI_BATCH_MAX_BYTES ((size_t)16 << 20)
+/* Packing beats an hindexed datatype below this average tensor size
+ * (measured with bench_rpc's tensor lists; see tensor_batches.c). */
+#define MPRI_BATCH_PACK_MAX_AVG ((size_t)16 << 10)
+
+/* The plan, one tensor at a time: true when a tensor of `nbytes` starts a
+ * new batch. Start from a zeroed planner. */
+typedef struct mpri_batch_planner {
+    size_t run_bytes;
+    bool run_open; /* the last batch is a run of small tensors that may grow */
+} mpri_batch_planner_t;
+bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes);
 
 /* Split tensors[0..n) into batches: starts[b] is the index of batch b's
  * first tensor, starts[nbatches] == n. `starts` holds n + 1 entries, or is
@@ -47,10 +65,16 @@ typedef struct mpri_batch_scratch {
 bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n);
 void mpri_batch_scratch_fini(mpri_batch_scratch_t *s);
 
+/* Bytes a send of batch tensors[first..end) packs into a buffer (0: it is
+ * sent without packing). */
+size_t mpri_batch_pack_bytes(mpr_tensor_t *const *tensors, uint32_t first, uint32_t end);
+
 /* Post batch tensors[first..end) as one MPI_Isend (send) or MPI_Irecv to/from
- * `peer` on `tag`. `lens` and `displs` are scratch of at least end - first
- * entries (unused for a batch of one tensor). Returns an MPI error code. */
+ * `peer` on `tag`. `scratch` has room for the message's tensors (its lens and
+ * displs are used for an hindexed batch). A send given `pack` (of
+ * mpri_batch_pack_bytes bytes, kept until the request completes) packs the
+ * batch there. Returns an MPI error code. */
 int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
-                    int tag, MPI_Comm comm, int *lens, MPI_Aint *displs, MPI_Request *req);
+                    int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req);
 
 #endif

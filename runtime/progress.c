@@ -226,7 +226,7 @@ static void post_receives(mpri_msg_t *msg) {
     mpri_batch_scratch_t *plan = msg->plan;
     for (int b = 0; b < msg->nreqs; b++) {
         int rc = mpri_batch_post(false, msg->tensors, plan->starts[b], plan->starts[b + 1], msg->src,
-                                 (int)msg->hdr.data_tag, mpri_rt.comm, plan->lens, plan->displs, &msg->reqs[b]);
+                                 (int)msg->hdr.data_tag, mpri_rt.comm, plan, NULL, &msg->reqs[b]);
         if (rc != MPI_SUCCESS) {
             msg->reqs[b] = MPI_REQUEST_NULL;
             if (!msg->post_error) msg->post_error = rc;

@@ -65,6 +65,10 @@ mpri_storage_t *mpri_storage_retain(mpri_storage_t *s) {
 void mpri_storage_release(mpri_storage_t *s) {
     if (!s) return;
     if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (s->block) { /* bytes and record belong to a shared block (tensor_block.c) */
+        mpri_tensor_block_release(s->block);
+        return;
+    }
     if (s->free_data)
         s->free_data(s->data, s->device);
     else
@@ -151,6 +155,23 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
     return t;
 }
 
+mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storage_t *storage,
+                                     mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->in_block = in_block;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    contiguous_strides(ndim, shape, t->strides);
+    t->offset = 0;
+    t->storage = storage;
+    t->autograd = NULL;
+    t->magic = MPRI_TENSOR_MAGIC;
+    atomic_init(&t->scope_refs, 0);
+    atomic_init(&t->refcount, 1);
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    return t;
+}
+
 mpr_tensor_t *mpr_tensor_empty(mpr_dtype_t dtype, int ndim, const int64_t *shape) {
     int64_t numel;
     if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
@@ -216,12 +237,16 @@ void mpr_tensor_release(mpr_tensor_t *t) {
     }
     if (left != 0) return;
     if (t->autograd && autograd_release_hook) autograd_release_hook(t->autograd);
-    mpri_storage_release(t->storage);
+    mpri_storage_t *s = t->storage;
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
     t->magic = MPRI_TENSOR_DEAD;
     t->storage = NULL;
     t->autograd = NULL;
-    mpri_quarantine_free(t);
+    bool in_block = t->in_block;
+    if (!in_block) mpri_quarantine_free(t);
+    /* A struct in a tensor block goes with the block, which its storage's
+     * last release frees: `t` is not touched after this. */
+    mpri_storage_release(s);
 }
 
 static _Atomic(const mpri_tensor_grad_flag_hooks_t *) grad_flag_hooks;

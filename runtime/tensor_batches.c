@@ -2,38 +2,66 @@
  * and posting one batch as one non-blocking MPI message (see
  * mpri_tensor_batches.h).
  *
- * A batch of one tensor is its storage as plain bytes; a batch of several
- * small ones is an hindexed datatype over their storages, freed right after
- * posting (MPI keeps it alive for the pending request). Scratch for up to
- * MPRI_BATCH_SCRATCH_INLINE tensors lives in the caller's struct.
+ * A batch's bytes on the wire are its tensors' bytes one after the other
+ * (no padding), however each side lays them out in memory:
+ * - a batch of one tensor, or of tensors whose bytes already lie back to
+ *   back in memory (a received batch: one tensor block, mpri_tensor.h), is
+ *   sent from / received into that memory as plain bytes;
+ * - a send of small tensors apart in memory is first packed (memcpy) into a
+ *   buffer the caller provides: cheaper than an hindexed datatype for
+ *   tensors below MPRI_BATCH_PACK_MAX_AVG bytes on average (measured: see
+ *   the header);
+ * - otherwise (a receive into tensors apart in memory, or a send of larger
+ *   tensors) an hindexed datatype over their storages, freed right after
+ *   posting (MPI keeps it alive for the pending request).
+ * Scratch for up to MPRI_BATCH_SCRATCH_INLINE tensors lives in the caller's
+ * struct.
  *
  * Invariants: the plan depends only on the tensors' byte sizes, which the
- * receiver knows from the descriptors, so both sides agree on it; tensor
- * data is never copied by this code; MPI errors are returned as MPI codes
- * for the caller to report. */
+ * receiver knows from the descriptors, so both sides agree on it; a tensor
+ * of MPRI_BATCH_ALONE_BYTES or more is never copied by this code; MPI errors
+ * are returned as MPI codes for the caller to report. */
 #include "mpri_tensor_batches.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "mpri_tensor.h"
+
+/* Bytes of a contiguous CPU tensor (the tensors of a message are contiguous
+ * and live: no public-getter checks on this per-tensor path). */
+static size_t tensor_bytes(const mpr_tensor_t *t) {
+    size_t n = mpr_dtype_size(t->dtype);
+    for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
+    return n;
+}
+
+static uint8_t *tensor_bytes_at(const mpr_tensor_t *t) {
+    return (uint8_t *)t->storage->data + t->offset * (int64_t)mpr_dtype_size(t->dtype);
+}
+
+bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes) {
+    if (nbytes >= MPRI_BATCH_ALONE_BYTES) {
+        p->run_open = false;
+        return true;
+    }
+    if (p->run_open && p->run_bytes + nbytes <= MPRI_BATCH_MAX_BYTES) {
+        p->run_bytes += nbytes;
+        return false;
+    }
+    p->run_open = true;
+    p->run_bytes = nbytes;
+    return true;
+}
 
 uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *starts) {
     uint32_t nb = 0;
-    size_t run_bytes = 0;
-    bool run_open = false; /* the last batch is a run of small tensors that may grow */
-    for (uint32_t i = 0; i < n; i++) {
-        size_t b = mpr_tensor_nbytes(tensors[i]);
-        if (b >= MPRI_BATCH_ALONE_BYTES) {
+    mpri_batch_planner_t p = {0};
+    for (uint32_t i = 0; i < n; i++)
+        if (mpri_batch_planner_next(&p, tensor_bytes(tensors[i]))) {
             if (starts) starts[nb] = i;
             nb++;
-            run_open = false;
-        } else if (run_open && run_bytes + b <= MPRI_BATCH_MAX_BYTES) {
-            run_bytes += b;
-        } else {
-            if (starts) starts[nb] = i;
-            nb++;
-            run_open = true;
-            run_bytes = b;
         }
-    }
     if (starts) starts[nb] = n;
     return nb;
 }
@@ -64,19 +92,55 @@ void mpri_batch_scratch_fini(mpri_batch_scratch_t *s) {
     s->displs = NULL;
 }
 
+/* Total bytes of tensors[first..end) if they lie back to back in memory
+ * (one contiguous range starting at tensors[first]'s bytes), else 0 with
+ * *total still set. */
+static bool batch_adjacent(mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, size_t *total) {
+    bool adjacent = true;
+    size_t sum = 0;
+    const uint8_t *expect = tensor_bytes_at(tensors[first]);
+    for (uint32_t i = first; i < end; i++) {
+        size_t b = tensor_bytes(tensors[i]);
+        if (adjacent && tensor_bytes_at(tensors[i]) != expect) adjacent = false;
+        expect += b;
+        sum += b;
+    }
+    *total = sum;
+    return adjacent;
+}
+
+size_t mpri_batch_pack_bytes(mpr_tensor_t *const *tensors, uint32_t first, uint32_t end) {
+    if (end - first < 2) return 0;
+    size_t total;
+    if (batch_adjacent(tensors, first, end, &total)) return 0;
+    return total / (end - first) <= MPRI_BATCH_PACK_MAX_AVG ? total : 0;
+}
+
 int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
-                    int tag, MPI_Comm comm, int *lens, MPI_Aint *displs, MPI_Request *req) {
-    if (end - first == 1) {
-        mpr_tensor_t *t = tensors[first];
-        int bytes = (int)mpr_tensor_nbytes(t); /* <= MPRI_MAX_TENSOR_BYTES */
-        return send ? MPI_Isend(mpr_tensor_data(t), bytes, MPI_BYTE, peer, tag, comm, req)
-                    : MPI_Irecv(mpr_tensor_data(t), bytes, MPI_BYTE, peer, tag, comm, req);
+                    int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req) {
+    size_t total;
+    if (end - first == 1 || batch_adjacent(tensors, first, end, &total)) {
+        void *at = tensor_bytes_at(tensors[first]);
+        int bytes = (int)(end - first == 1 ? tensor_bytes(tensors[first]) : total); /* <= 2 GiB */
+        return send ? MPI_Isend(at, bytes, MPI_BYTE, peer, tag, comm, req)
+                    : MPI_Irecv(at, bytes, MPI_BYTE, peer, tag, comm, req);
+    }
+    if (send && pack) {
+        uint8_t *p = pack;
+        for (uint32_t i = first; i < end; i++) {
+            size_t b = tensor_bytes(tensors[i]);
+            memcpy(p, tensor_bytes_at(tensors[i]), b);
+            p += b;
+        }
+        return MPI_Isend(pack, (int)(p - (uint8_t *)pack), MPI_BYTE, peer, tag, comm, req);
     }
     uint32_t k = end - first;
+    int *lens = scratch->lens;
+    MPI_Aint *displs = scratch->displs;
     for (uint32_t i = 0; i < k; i++) {
         mpr_tensor_t *t = tensors[first + i];
-        lens[i] = (int)mpr_tensor_nbytes(t); /* < MPRI_BATCH_ALONE_BYTES */
-        int rc = MPI_Get_address(mpr_tensor_data(t), &displs[i]);
+        lens[i] = (int)tensor_bytes(t); /* < MPRI_BATCH_ALONE_BYTES */
+        int rc = MPI_Get_address(tensor_bytes_at(t), &displs[i]);
         if (rc != MPI_SUCCESS) return rc;
     }
     MPI_Datatype type;

@@ -6,7 +6,9 @@
  *
  * Invariants:
  * - A message's tensors travel in batches on the message's data tag, sent
- *   from the tensors' own storage (no serialization copy; see
+ *   from the tensors' own storage, except that small tensors apart in
+ *   memory are packed into one buffer per message, owned like the encoded
+ *   bytes (no copy of a tensor of 64 KiB or more; see
  *   mpri_tensor_batches.h).
  * - msgs_sent is incremented before a message can be received anywhere and
  *   msgs_processed only after the receiver finished with it (mpri_msg_done),
@@ -128,6 +130,7 @@ typedef struct inflight {
     int dst;
     int64_t give_up_ns; /* 0: never */
     void *bytes;        /* the encoded message */
+    void *packed;       /* small tensors packed for their batches, or NULL */
     mpri_tensor_list_t tensors;
     struct inflight *next;
 } inflight_t;
@@ -148,6 +151,7 @@ long mpri_transport_sends_abandoned(void) { return atomic_load(&tx.abandoned_cou
 static void inflight_free(inflight_t *s) {
     free(s->reqs);
     free(s->bytes);
+    free(s->packed);
     mpri_tensor_list_fini(&s->tensors);
     free(s);
 }
@@ -234,7 +238,7 @@ void mpri_transport_stop(void) {
 
 /* Hand the posted requests of `m` to the sends in flight (the encoded bytes
  * and the tensor references move there). false: out of memory. */
-static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_outmsg_t *m) {
+static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_outmsg_t *m, void *packed) {
     inflight_t *s = malloc(sizeof *s);
     MPI_Request *copy = malloc(sizeof *copy * (size_t)n);
     if (!s || !copy) {
@@ -249,6 +253,7 @@ static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_ou
     s->give_up_ns = give_up_ns;
     size_t len;
     s->bytes = mpri_buf_steal(&m->wire, &len);
+    s->packed = packed;
     s->tensors = m->tensors;
     mpri_tensor_list_init(&m->tensors);
     atomic_fetch_add(&tx.active_count, 1);
@@ -379,13 +384,28 @@ mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
     }
     uint32_t nbatches = nt ? mpri_batches_plan(m->tensors.items, nt, scratch.starts) : 0;
+    /* One buffer for the batches of small tensors that are packed. */
+    size_t pack_total = 0;
+    for (uint32_t b = 0; b < nbatches; b++)
+        pack_total += mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
+    uint8_t *packed = pack_total ? malloc(pack_total) : NULL;
+    if (pack_total && !packed) {
+        mpri_batch_scratch_fini(&scratch);
+        if (reqs != stack_reqs) free(reqs);
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory packing %zu bytes of tensors", pack_total);
+    }
     mpri_count_sent(dst);
     int posted = 0, rc = MPI_Isend(m->wire.data, (int)m->wire.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
     if (rc == MPI_SUCCESS) posted = 1;
+    size_t pack_at = 0;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
+        size_t pack_bytes = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
         rc = mpri_batch_post(true, m->tensors.items, scratch.starts[b], scratch.starts[b + 1], dst,
-                             (int)h->data_tag, mpri_rt.comm, scratch.lens, scratch.displs, &reqs[1 + b]);
+                             (int)h->data_tag, mpri_rt.comm, &scratch, pack_bytes ? packed + pack_at : NULL,
+                             &reqs[1 + b]);
+        pack_at += pack_bytes;
         if (rc == MPI_SUCCESS) posted++;
     }
     mpri_batch_scratch_fini(&scratch);
@@ -397,7 +417,9 @@ mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     }
     int flag = 1;
     if (posted) rc = MPI_Testall(posted, reqs, &flag, MPI_STATUSES_IGNORE);
-    if (!flag && !track(reqs, posted, dst, give_up_ns, m)) {
+    if (flag) {
+        free(packed);
+    } else if (!track(reqs, posted, dst, give_up_ns, m, packed)) {
         /* No memory to track it: the buffers must outlive MPI's use of them. */
         (void)mpri_buf_steal(&m->wire, &(size_t){0});
         mpri_tensor_list_init(&m->tensors); /* the references are kept for good */

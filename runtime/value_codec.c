@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "mpri_tensor.h"
+#include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
 void mpri_tensor_list_init(mpri_tensor_list_t *l) { memset(l, 0, sizeof *l); }
@@ -100,19 +101,25 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
         *index = (uint32_t)found;
         return MPR_OK;
     }
-    if (mpr_tensor_device(t) > 127)
+    /* Fields read directly (per tensor of a list of thousands): the value
+     * holding `t` keeps it alive, checked here once. */
+    mpri_tensor_check_live(t, "encode");
+    int device = t->storage->device;
+    if (device > 127)
         return mpr_error_set(MPR_ERR_UNSUPPORTED, "encode: tensor on cuda:%d (devices 0..127 can be sent)",
-                             mpr_tensor_device(t));
-    if (mpr_tensor_nbytes(t) > MPRI_MAX_TENSOR_BYTES)
+                             device);
+    size_t nbytes = mpr_dtype_size(t->dtype);
+    for (int i = 0; i < t->ndim; i++) nbytes *= (size_t)t->shape[i];
+    if (nbytes > MPRI_MAX_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: tensor of %zu bytes exceeds the 2 GiB limit",
-                             mpr_tensor_nbytes(t));
+                             nbytes);
     if (l->len == MPRI_MAX_TENSORS_PER_MESSAGE)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: more than %d tensors in one message",
                              MPRI_MAX_TENSORS_PER_MESSAGE);
-    if (l->total_bytes + mpr_tensor_nbytes(t) > MPRI_MAX_MESSAGE_TENSOR_BYTES)
+    if (l->total_bytes + nbytes > MPRI_MAX_MESSAGE_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_INVALID_ARG,
                              "encode: tensors of one message exceed the 64 GiB limit (%llu + %zu bytes)",
-                             (unsigned long long)l->total_bytes, mpr_tensor_nbytes(t));
+                             (unsigned long long)l->total_bytes, nbytes);
     if (l->len == l->cap) {
         uint32_t cap = l->cap ? l->cap * 2 : 4;
         mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
@@ -125,11 +132,11 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
     }
     mpr_err_t e = tensor_list_reserve_index(l);
     if (e) return e;
-    mpr_tensor_t *c = mpr_tensor_device(t) >= 0 ? mpri_tensor_wire_to_host(t) : mpr_tensor_contiguous(t);
+    mpr_tensor_t *c = device >= 0 ? mpri_tensor_wire_to_host(t) : mpr_tensor_contiguous(t);
     if (!c) return mpr_last_error_code();
     l->items[l->len] = c;
     l->orig[l->len] = t;
-    l->total_bytes += mpr_tensor_nbytes(c);
+    l->total_bytes += nbytes;
     if (l->nslots) {
         uint32_t s = slot_of(t, l->nslots);
         while (l->slots[s]) s = (s + 1) & (l->nslots - 1);
@@ -246,57 +253,116 @@ static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bo
     return MPR_OK;
 }
 
-mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
-                                   mpri_tensor_placement_t **placement) {
+/* A validated descriptor. */
+typedef struct desc {
     uint8_t dtype, ndim;
     bool requires_grad;
     int device;
     int64_t shape[MPR_MAX_DIMS];
-    uint64_t nbytes, total = 0;
-    uint32_t on_device = 0;
-    *placement = NULL;
-    /* First pass over a copy of the reader: every descriptor valid and the
-     * total within the message limit, before any storage is reserved. */
-    mpri_reader_t scan = *in;
-    for (uint32_t i = 0; i < count; i++) {
-        mpr_err_t e = read_desc(&scan, i, &dtype, &requires_grad, &device, &ndim, shape, &nbytes);
-        if (e) return e;
-        total += nbytes; /* <= 65536 * 2 GiB: no overflow */
-        on_device += device >= 0;
+    uint64_t nbytes;
+} desc_t;
+
+static void release_made(mpr_tensor_t **out, uint32_t made) {
+    for (uint32_t i = 0; i < made; i++) {
+        mpr_tensor_release(out[i]);
+        out[i] = NULL;
     }
-    if (total > MPRI_MAX_MESSAGE_TENSOR_BYTES)
+}
+
+/* Tensors descs[first..end) (one batch of several small tensors) carved from
+ * one block, each at the first offset that suits its dtype: back to back
+ * (one plain receive) unless a dtype's alignment leaves a gap. */
+static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t end, mpr_tensor_t **out) {
+    size_t bytes = 0;
+    for (uint32_t i = first; i < end; i++) {
+        size_t align = mpr_dtype_size(descs[i].dtype);
+        bytes = (bytes + align - 1) / align * align + descs[i].nbytes;
+    }
+    mpri_tensor_block_t *block = mpri_tensor_block_create(bytes, end - first);
+    if (!block) return mpr_last_error_code();
+    size_t at = 0;
+    mpr_err_t e = MPR_OK;
+    for (uint32_t i = first; i < end; i++) {
+        size_t align = mpr_dtype_size(descs[i].dtype);
+        at = (at + align - 1) / align * align;
+        out[i] = mpri_tensor_block_carve(block, i - first, at, descs[i].dtype, descs[i].ndim, descs[i].shape);
+        if (!out[i]) {
+            e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
+            release_made(out + first, i - first);
+            break;
+        }
+        at += descs[i].nbytes;
+    }
+    mpri_tensor_block_release(block);
+    return e;
+}
+
+mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
+                                   mpri_tensor_placement_t **placement) {
+    *placement = NULL;
+    if (count == 0) return MPR_OK;
+    uint64_t total = 0;
+    uint32_t on_device = 0;
+    /* Every descriptor valid and the total within the message limit, before
+     * any storage is reserved. */
+    desc_t *descs = malloc(sizeof *descs * count);
+    if (!descs) return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor descriptors", count);
+    for (uint32_t i = 0; i < count; i++) {
+        desc_t *d = &descs[i];
+        mpr_err_t e = read_desc(in, i, &d->dtype, &d->requires_grad, &d->device, &d->ndim, d->shape, &d->nbytes);
+        if (e) {
+            free(descs);
+            return e;
+        }
+        total += d->nbytes; /* <= 65536 * 2 GiB: no overflow */
+        on_device += d->device >= 0;
+    }
+    if (total > MPRI_MAX_MESSAGE_TENSOR_BYTES) {
+        free(descs);
         return mpr_error_set(MPR_ERR_DECODE, "%u tensors of %llu bytes in all exceed the 64 GiB limit",
                              count, (unsigned long long)total);
+    }
     mpri_tensor_placement_t *p = NULL;
     if (on_device) {
         p = calloc(1, sizeof *p + count * sizeof p->items[0]);
-        if (!p) return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor placements", count);
+        if (!p) {
+            free(descs);
+            return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor placements", count);
+        }
         p->count = count;
+        for (uint32_t i = 0; i < count; i++) {
+            p->items[i].device = (int16_t)descs[i].device;
+            p->items[i].requires_grad = descs[i].requires_grad;
+        }
     }
+    /* One allocation per batch of small tensors, one per tensor sent alone
+     * (mpri_tensor_batches.h: the same plan as the sender's). */
     uint32_t made = 0;
     mpr_err_t e = MPR_OK;
-    for (; made < count; made++) {
-        if ((e = read_desc(in, made, &dtype, &requires_grad, &device, &ndim, shape, &nbytes))) break;
-        out[made] = mpr_tensor_empty(dtype, ndim, shape);
-        if (!out[made]) {
-            e = mpr_last_error_code();
-            break;
+    mpri_batch_planner_t plan = {0};
+    (void)mpri_batch_planner_next(&plan, descs[0].nbytes);
+    while (made < count) {
+        uint32_t end = made + 1;
+        while (end < count && !mpri_batch_planner_next(&plan, descs[end].nbytes)) end++;
+        if (end - made == 1) {
+            out[made] = mpr_tensor_empty(descs[made].dtype, descs[made].ndim, descs[made].shape);
+            if (!out[made]) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
+        } else {
+            e = make_batch_block(descs, made, end, out);
         }
-        if (p) {
-            p->items[made].device = (int16_t)device;
-            p->items[made].requires_grad = requires_grad;
-        }
+        if (e) break;
         /* A device tensor's leaf is its device copy (placement). */
-        if (requires_grad && device < 0 && (e = mpri_tensor_wire_set_requires_grad(out[made]))) {
-            made++;
-            break;
-        }
+        for (; made < end; made++)
+            if (descs[made].requires_grad && descs[made].device < 0 &&
+                (e = mpri_tensor_wire_set_requires_grad(out[made]))) {
+                made = end;
+                break;
+            }
+        if (e) break;
     }
+    free(descs);
     if (e) {
-        for (uint32_t i = 0; i < made; i++) {
-            mpr_tensor_release(out[i]);
-            out[i] = NULL;
-        }
+        release_made(out, made);
         free(p);
         return e;
     }
@@ -399,13 +465,21 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
             return mpr_error_set(MPR_ERR_DECODE, "list of %u items in %zu bytes", count, in->left);
         v = mpr_value_new_list();
         if (!v) return mpr_last_error_code();
+        if (count) { /* the items array at its final size at once (count <= bytes left) */
+            v->u.list.items = malloc(sizeof *v->u.list.items * count);
+            if (!v->u.list.items) {
+                mpr_value_release(v);
+                return mpr_error_set(MPR_ERR_NOMEM, "out of memory for a list of %u items", count);
+            }
+            v->u.list.cap = count;
+        }
         for (uint32_t i = 0; i < count; i++) {
             mpr_value_t *item;
-            if ((e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, &item)) ||
-                (e = mpr_value_list_append(v, item))) {
+            if ((e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, &item))) {
                 mpr_value_release(v);
                 return e;
             }
+            v->u.list.items[v->u.list.len++] = item;
         }
         break;
     }

@@ -1,12 +1,16 @@
 /* bench_rpc.c — RPC runtime benchmark, printing one JSON object per line.
  *
- * Run: mpirun -np 2 ./bench_rpc [--quick]
+ * Run: mpirun -np 2 ./bench_rpc [--quick] [--lists]
  * In one run, on the same pair of ranks: raw MPI ping-pong (8 B) and echo
  * (1 KiB .. 64 MiB) measured before mpirpc starts, then rpc_sync no-op round
  * trips (median, p99), pipelined rpc_async throughput, tensor echo round trips
  * for the same sizes, echo of lists of many small tensors (a model's biases
- * and norms) next to a raw MPI echo of their total bytes, the idle CPU of
- * each rank over 2 s, and the ratios of mpirpc to raw MPI. Rank 0 prints. */
+ * and norms) and of a real model's parameter list (ResNet-18: 62 float32
+ * tensors, 11,689,512 parameters, from 64 to 2,359,296 elements; the shapes
+ * of torchvision's resnet18(), listed below) next to a raw MPI echo of their
+ * total bytes, the idle CPU of each rank over 2 s, and the ratios of mpirpc
+ * to raw MPI. Rank 0 prints. --lists runs only the list and model lines
+ * (tests/bench/param_echo_vs_torch.sh alternates them with PyTorch's RPC). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,68 @@ static double percentile(double *v, int n, double p) {
 static void die(const char *what, mpr_err_t e) {
     fprintf(stderr, "bench_rpc: %s: %s: %s\n", what, mpr_error_name(e), mpr_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* ResNet-18's parameters in torchvision's order (named_parameters(); no
+ * buffers): conv1, bn1, layer1..4 (BasicBlocks; layers 2-4 start with a
+ * strided block and a 1x1 downsample), fc. tests/bench/torch_param_echo.py
+ * builds the same list. */
+typedef struct {
+    int ndim;
+    int64_t shape[4];
+} param_shape_t;
+
+static int resnet18_shapes(param_shape_t *out) {
+    int n = 0;
+#define CONV(o, i, k) (out[n++] = (param_shape_t){4, {o, i, k, k}})
+#define BN(c) (out[n++] = (param_shape_t){1, {c}}, out[n++] = (param_shape_t){1, {c}})
+    CONV(64, 3, 7);
+    BN(64);
+    static const int widths[4] = {64, 128, 256, 512};
+    for (int l = 0; l < 4; l++) {
+        int w = widths[l], in = l ? widths[l - 1] : 64;
+        for (int b = 0; b < 2; b++) {
+            CONV(w, b ? w : in, 3);
+            BN(w);
+            CONV(w, w, 3);
+            BN(w);
+            if (l > 0 && b == 0) {
+                CONV(w, in, 1);
+                BN(w);
+            }
+        }
+    }
+    out[n++] = (param_shape_t){2, {1000, 512}};
+    out[n++] = (param_shape_t){1, {1000}};
+#undef CONV
+#undef BN
+    return n;
+}
+#define RESNET18_TENSORS 62
+
+static int64_t shape_numel(const param_shape_t *p) {
+    int64_t n = 1;
+    for (int i = 0; i < p->ndim; i++) n *= p->shape[i];
+    return n;
+}
+
+/* Median seconds of `reps` rpc_sync echoes of `list` (after 2 warm-ups). */
+static double echo_list(mpr_value_t *list, size_t expect_len, int reps) {
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_retain(list));
+    double *et = malloc(sizeof *et * (size_t)reps);
+    for (int i = -2; i < reps; i++) {
+        mpr_value_t *r;
+        double t1 = MPI_Wtime();
+        mpr_err_t e = mpr_rpc_sync(mpr_to_rank(1), "echo", args, 0, &r);
+        if (e) die("list echo", e);
+        if (i >= 0) et[i] = MPI_Wtime() - t1;
+        if (mpr_value_list_len(r) != expect_len) die("list echo length", MPR_ERR_DECODE);
+        mpr_value_release(r);
+    }
+    double med = percentile(et, reps, 0.5);
+    free(et);
+    mpr_value_release(args);
+    return med;
 }
 
 static mpr_err_t fn_noop(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
@@ -83,7 +149,11 @@ static double cpu_seconds(void) {
 }
 
 int main(int argc, char **argv) {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0, lists_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--lists") == 0) lists_only = 1;
+    }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int size;
@@ -100,16 +170,25 @@ int main(int argc, char **argv) {
     static const int list_counts[] = {256, 4096}, list_bytes[] = {1 << 10, 256};
     enum { NLISTS = 2 };
     double mpi_list_s[NLISTS], list_s[NLISTS];
+    param_shape_t model[RESNET18_TENSORS];
+    int model_n = resnet18_shapes(model);
+    int64_t model_bytes = 0;
+    for (int i = 0; i < model_n; i++) model_bytes += shape_numel(&model[i]) * 4;
+    int model_reps = quick ? 5 : 20;
     char *buf = malloc(64 << 20);
     memset(buf, 1, 64 << 20);
 
     /* ---- raw MPI, before mpirpc starts (nothing else polls) ---- */
-    double mpi_pp = mpi_round_trip(buf, 8, quick ? 2000 : 20000);
-    for (int s = 0; s < NSIZES; s++)
-        mpi_echo_s[s] = mpi_round_trip(buf, sizes[s], sizes[s] <= (1 << 20) ? (quick ? 50 : 500) : (quick ? 3 : 20));
+    double mpi_pp = 0;
+    if (!lists_only) {
+        mpi_pp = mpi_round_trip(buf, 8, quick ? 2000 : 20000);
+        for (int s = 0; s < NSIZES; s++)
+            mpi_echo_s[s] = mpi_round_trip(buf, sizes[s], sizes[s] <= (1 << 20) ? (quick ? 50 : 500) : (quick ? 3 : 20));
+    }
     for (int l = 0; l < NLISTS; l++)
         mpi_list_s[l] = mpi_round_trip(buf, list_counts[l] * list_bytes[l], quick ? 50 : 500);
-    if (rank == 0) {
+    double mpi_model_s = mpi_round_trip(buf, (int)model_bytes, model_reps);
+    if (rank == 0 && !lists_only) {
         printf("{\"name\":\"mpi_pingpong\",\"bytes\":8,\"median_us\":%.3f}\n", mpi_pp * 1e6);
         for (int s = 0; s < NSIZES; s++)
             printf("{\"name\":\"mpi_echo\",\"bytes\":%d,\"median_us\":%.3f,\"gbps\":%.3f}\n", sizes[s],
@@ -128,7 +207,7 @@ int main(int argc, char **argv) {
     double rpc_med = 0, rpc_p99 = 0, calls_per_s = 0;
     double echo_s[NSIZES];
     sleepy_barrier();
-    if (rank == 0) {
+    if (rank == 0 && !lists_only) {
         mpr_value_t *r;
         for (int i = 0; i < n_sync / 10; i++) { /* warm up */
             if ((e = mpr_rpc_sync(mpr_to_rank(1), "noop", NULL, 0, &r))) die("rpc_sync", e);
@@ -187,7 +266,8 @@ int main(int argc, char **argv) {
                    echo_s[s] * 1e6, 2.0 * sizes[s] / echo_s[s] / 1e9);
             fflush(stdout);
         }
-
+    }
+    if (rank == 0) {
         for (int l = 0; l < NLISTS; l++) {
             mpr_value_t *list = mpr_value_new_list();
             int64_t shape[1] = {list_bytes[l]};
@@ -197,26 +277,38 @@ int main(int argc, char **argv) {
                 mpr_value_list_append(list, mpr_value_new_tensor(x));
                 mpr_tensor_release(x);
             }
-            mpr_value_t *args = mpr_value_list_of(1, list);
-            int reps = quick ? 20 : 200;
-            double *et = malloc(sizeof *et * (size_t)reps);
-            for (int i = -2; i < reps; i++) {
-                double t1 = MPI_Wtime();
-                if ((e = mpr_rpc_sync(mpr_to_rank(1), "echo", args, 0, &r))) die("list echo", e);
-                if (i >= 0) et[i] = MPI_Wtime() - t1;
-                if (mpr_value_list_len(r) != (size_t)list_counts[l]) die("list echo length", MPR_ERR_DECODE);
-                mpr_value_release(r);
-            }
-            list_s[l] = percentile(et, reps, 0.5);
-            free(et);
-            mpr_value_release(args);
+            list_s[l] = echo_list(list, (size_t)list_counts[l], quick ? 20 : 200);
+            mpr_value_release(list);
             printf("{\"name\":\"tensor_list_echo\",\"tensors\":%d,\"bytes_each\":%d,\"median_us\":%.3f,"
                    "\"mpi_echo_same_bytes_us\":%.3f,\"ratio_vs_mpi\":%.2f}\n",
                    list_counts[l], list_bytes[l], list_s[l] * 1e6, mpi_list_s[l] * 1e6, list_s[l] / mpi_list_s[l]);
             fflush(stdout);
         }
+        /* A real model's parameters, as a parameter server sends them. */
+        mpr_value_t *list = mpr_value_new_list();
+        for (int i = 0; i < model_n; i++) {
+            mpr_tensor_t *x = mpr_tensor_empty(MPR_F32, model[i].ndim, model[i].shape);
+            memset(mpr_tensor_data(x), 1, mpr_tensor_nbytes(x));
+            mpr_value_list_append(list, mpr_value_new_tensor(x));
+            mpr_tensor_release(x);
+        }
+        double model_s = echo_list(list, (size_t)model_n, model_reps);
+        mpr_value_release(list);
+        printf("{\"name\":\"param_list_echo\",\"model\":\"resnet18\",\"tensors\":%d,\"bytes\":%lld,"
+               "\"median_us\":%.3f,\"mpi_echo_same_bytes_us\":%.3f,\"ratio_vs_mpi\":%.2f}\n",
+               model_n, (long long)model_bytes, model_s * 1e6, mpi_model_s * 1e6, model_s / mpi_model_s);
+        fflush(stdout);
     }
     sleepy_barrier(); /* the other ranks wait here without spinning */
+
+    if (lists_only) {
+        free(t);
+        free(buf);
+        if ((e = mpr_shutdown(true))) die("shutdown", e);
+        mpr_registry_clear();
+        MPI_Finalize();
+        return 0;
+    }
 
     /* ---- idle CPU: both ranks initialized, no traffic, 2 s ---- */
     sleep(1); /* let the progress threads reach their idle back-off */

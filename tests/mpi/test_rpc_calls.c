@@ -404,6 +404,44 @@ static void test_tensor_batches(void) {
     mpr_tensor_release(m);
 }
 
+/* Batches of small tensors only, through every layout (tensor_batches.c):
+ * mixed dtypes whose sizes leave the receiver alignment gaps (an hindexed
+ * receive) and f32 ones that lie back to back (one plain receive), sent
+ * packed by the caller, echoed straight from the block they were received
+ * into, and reversed (the callee packs them apart from their block). Every
+ * received tensor is aligned for its dtype. */
+static void test_small_tensor_layouts(void) {
+    if (rank != 0) return;
+    int dst = size - 1;
+    static const mpr_dtype_t dts[] = {MPR_U8, MPR_F64, MPR_F32, MPR_I64, MPR_U8, MPR_I32, MPR_F64};
+    for (int aligned = 0; aligned < 2; aligned++) {
+        mpr_value_t *args = mpr_value_new_list();
+        int n = 70;
+        for (int i = 0; i < n; i++) {
+            int64_t len = aligned ? 16 : 1 + (i * 7) % 13;
+            mpr_tensor_t *t = mpr_tensor_empty(aligned ? MPR_F32 : dts[i % 7], 1, &len);
+            uint8_t *p = mpr_tensor_data(t);
+            for (size_t j = 0; j < mpr_tensor_nbytes(t); j++) p[j] = (uint8_t)(i * 13 + j);
+            mpr_value_list_append(args, mpr_value_new_tensor(t));
+            mpr_tensor_release(t);
+        }
+        for (int way = 0; way < 2; way++) {
+            mpr_value_t *r = NULL;
+            CHECK_OK(mpr_rpc_sync(mpr_to_rank(dst), way ? "reverse" : "echo", args, 60, &r));
+            CHECK(mpr_value_list_len(r) == (size_t)n);
+            for (int i = 0; i < n; i++) {
+                const mpr_value_t *got = mpr_value_list_get(r, way ? (size_t)(n - 1 - i) : (size_t)i);
+                CHECK(mpr_value_equal(mpr_value_list_get(args, (size_t)i), got));
+                mpr_tensor_t *t;
+                CHECK_OK(mpr_value_get_tensor(got, &t));
+                CHECK((uintptr_t)mpr_tensor_data(t) % mpr_dtype_size(mpr_tensor_dtype(t)) == 0);
+            }
+            mpr_value_release(r);
+        }
+        mpr_value_release(args);
+    }
+}
+
 static void test_nested_chain(void) {
     if (rank != 0) return;
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(100)), *r;
@@ -450,6 +488,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_large_tensor);
     RUN_TEST(test_message_limits);
     RUN_TEST(test_tensor_batches);
+    RUN_TEST(test_small_tensor_layouts);
     RUN_TEST(test_nested_chain);
     MPITEST_REPORT();
     CHECK_OK(mpr_shutdown(true));

@@ -552,6 +552,71 @@ static void test_device_descriptor(void **state) {
     assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &p), MPR_ERR_DECODE);
     assert_null(p);
     assert_int_equal(mpr_tensor_live_count(), live);
+/* A batch of small tensors is decoded into one block (tensor_block.c): each
+ * tensor aligned for its dtype, back to back when alignment allows (so one
+ * plain receive fills them), each with its own storage and version counter;
+ * writing one leaves its neighbours alone; released in any order (the block
+ * goes with the last: ASan and the live count check it), a view outliving
+ * its base keeps the bytes. A tensor of 64 KiB or more gets its own storage. */
+static void test_small_tensors_share_a_block(void **state) {
+    (void)state;
+    int64_t live0 = mpr_tensor_live_count();
+    mpr_value_t *list = mpr_value_new_list();
+    const mpr_dtype_t dts[5] = {MPR_F32, MPR_F32, MPR_U8, MPR_F64, MPR_F32};
+    const int64_t lens[5] = {4, 8, 3, 2, 5};
+    for (int i = 0; i < 5; i++) {
+        mpr_tensor_t *t = make_tensor(dts[i], 1, &lens[i]);
+        assert_int_equal(mpr_value_list_append(list, mpr_value_new_tensor(t)), MPR_OK);
+        mpr_tensor_release(t);
+    }
+    const int64_t big = 1 << 14; /* 64 KiB of f32: alone */
+    mpr_tensor_t *bt = make_tensor(MPR_F32, 1, &big);
+    assert_int_equal(mpr_value_list_append(list, mpr_value_new_tensor(bt)), MPR_OK);
+    mpr_tensor_release(bt);
+    mpri_buf_t buf, descs;
+    mpri_tensor_list_t tl;
+    assert_int_equal(encode_fresh(list, &buf, &tl), MPR_OK);
+    mpri_buf_init(&descs);
+    mpri_tensor_descs_encode(&tl, &descs);
+    mpr_tensor_t *recv[6] = {0};
+    mpri_reader_t dr;
+    mpri_reader_init(&dr, descs.data, descs.len);
+    assert_int_equal(mpri_tensor_descs_decode(&dr, 6, recv, &placement), MPR_OK);
+    uint32_t starts[7];
+    assert_int_equal(mpri_batches_plan(recv, 6, starts), 2);
+    assert_int_equal(starts[1], 5);
+    for (int i = 0; i < 6; i++) {
+        assert_true(recv[i]->storage->block == (i < 5 ? recv[0]->storage->block : NULL));
+        assert_int_equal((uintptr_t)mpr_tensor_data(recv[i]) % mpr_dtype_size(dts[i < 5 ? i : 0]), 0);
+        for (int j = 0; j < i; j++) assert_ptr_not_equal(recv[i]->storage, recv[j]->storage);
+    }
+    uint8_t *d[5];
+    for (int i = 0; i < 5; i++) d[i] = mpr_tensor_data(recv[i]);
+    assert_ptr_equal(d[1], d[0] + 16); /* f32 after f32: back to back */
+    assert_ptr_equal(d[2], d[1] + 32); /* u8 after f32 */
+    assert_ptr_equal(d[3], d[2] + 8);  /* f64 after 3 bytes: the next multiple of 8 */
+    assert_ptr_equal(d[4], d[3] + 16);
+    /* Own version counters and bytes. */
+    atomic_fetch_add(&recv[1]->storage->version, 1);
+    assert_int_equal(atomic_load(&recv[0]->storage->version), 0);
+    assert_int_equal(atomic_load(&recv[2]->storage->version), 0);
+    for (int i = 0; i < 5; i++) memset(d[i], i + 1, mpr_tensor_nbytes(recv[i]));
+    memset(d[2], 0xab, 3);
+    assert_int_equal(d[1][31], 2);
+    assert_int_equal(d[3][0], 4);
+    /* A view of one tensor outlives every tensor of the block. */
+    mpr_tensor_t *view = mpri_tensor_view(recv[3]->storage, MPR_F64, 1, (int64_t[]){1}, NULL, 1);
+    assert_non_null(view);
+    ((double *)d[3])[1] = 2.5;
+    const int order[6] = {2, 0, 5, 4, 1, 3};
+    for (int k = 0; k < 6; k++) mpr_tensor_release(recv[order[k]]);
+    assert_true(((double *)mpr_tensor_data(view))[0] == 2.5);
+    mpr_tensor_release(view);
+    mpri_tensor_list_fini(&tl);
+    mpri_buf_fini(&buf);
+    mpri_buf_fini(&descs);
+    mpr_value_release(list);
+    assert_int_equal(mpr_tensor_live_count(), live0);
 }
 
 int main(void) {
@@ -568,6 +633,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_dedup_many),
         cmocka_unit_test(test_batch_plan),
         cmocka_unit_test(test_device_descriptor),
+        cmocka_unit_test(test_small_tensors_share_a_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,74 @@
+/* tensor_block.c — the bytes and storage records of many small tensors in
+ * one allocation (see mpri_tensor_block_t in mpri_tensor.h).
+ *
+ * A received batch of small tensors is written by one MPI receive into one
+ * block, instead of three allocations (tensor, storage, bytes) per tensor.
+ * Layout, in one aligned_alloc: the block header with its storage records,
+ * the tensor structs, then the data, 64-byte aligned.
+ *
+ * Invariants: the block's refcount is the number of live storages carved
+ * from it plus one while its creator holds it; each storage record and
+ * tensor struct is initialized once (by carve) and never freed on its own:
+ * a carved tensor holds its storage, whose last release drops one block
+ * reference (mpri_storage_release), and the block is freed with its last
+ * reference; a released carved tensor is poisoned (as any tensor) before it
+ * drops its storage. Carved slices lie inside the data area (asserted). */
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpri_assert.h"
+#include "mpri_tensor.h"
+
+struct mpri_tensor_block {
+    atomic_long refcount;
+    size_t data_bytes;
+    uint8_t *data;
+    mpr_tensor_t *tensors; /* nstorages structs, after the storage records */
+    uint32_t nstorages;
+    mpri_storage_t storages[];
+};
+
+#define BLOCK_ALIGN 64
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstorages) {
+    size_t tensors_at = round_up(sizeof(mpri_tensor_block_t) + (size_t)nstorages * sizeof(mpri_storage_t),
+                                 _Alignof(mpr_tensor_t));
+    size_t data_at = round_up(tensors_at + (size_t)nstorages * sizeof(mpr_tensor_t), BLOCK_ALIGN);
+    size_t total = round_up(data_at + data_bytes, BLOCK_ALIGN);
+    mpri_tensor_block_t *b = aligned_alloc(BLOCK_ALIGN, total);
+    if (!b) {
+        mpr_error_set(MPR_ERR_NOMEM, "out of memory for a block of %u tensors (%zu bytes)", nstorages,
+                      data_bytes);
+        return NULL;
+    }
+    atomic_init(&b->refcount, 1);
+    b->data_bytes = data_bytes;
+    b->data = (uint8_t *)b + data_at;
+    b->tensors = (mpr_tensor_t *)((uint8_t *)b + tensors_at);
+    b->nstorages = nstorages;
+    return b;
+}
+
+mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, size_t offset,
+                                      mpr_dtype_t dtype, int ndim, const int64_t *shape) {
+    size_t nbytes = mpr_dtype_size(dtype);
+    for (int i = 0; i < ndim; i++) nbytes *= (size_t)shape[i];
+    MPRI_ASSERT(index < b->nstorages && offset <= b->data_bytes && nbytes <= b->data_bytes - offset,
+                "a carved tensor lies inside its block");
+    mpri_storage_t *s = &b->storages[index];
+    memset(s, 0, sizeof *s);
+    atomic_init(&s->refcount, 1); /* the tensor's */
+    atomic_init(&s->version, 0);
+    s->data = b->data + offset;
+    s->nbytes = nbytes;
+    s->device = -1;
+    s->block = b;
+    atomic_fetch_add_explicit(&b->refcount, 1, memory_order_relaxed);
+    return mpri_tensor_init_whole(&b->tensors[index], true, s, dtype, ndim, shape);
+}
+void mpri_tensor_block_release(mpri_tensor_block_t *b) {
+    if (b && atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1) free(b);
+}
