@@ -552,6 +552,8 @@ static void test_device_descriptor(void **state) {
     assert_int_equal(mpri_tensor_descs_decode(&r, 1, out, &p), MPR_ERR_DECODE);
     assert_null(p);
     assert_int_equal(mpr_tensor_live_count(), live);
+}
+
 /* A batch of small tensors is decoded into one block (tensor_block.c): each
  * tensor aligned for its dtype, back to back when alignment allows (so one
  * plain receive fills them), each with its own storage and version counter;
