@@ -77,7 +77,7 @@
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 
-double mpri_shutdown_timeout_s = 300.0;
+double mpri_shutdown_timeout_s = 0.0; /* no limit, as PyTorch's DEFAULT_SHUTDOWN_TIMEOUT */
 
 #define LEAVE_WAIT_S 5.0
 

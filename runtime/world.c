@@ -60,7 +60,7 @@ void mpr_init_options_default(mpr_init_options_t *opts) {
     memset(opts, 0, sizeof *opts);
     opts->num_worker_threads = 4;
     opts->rpc_timeout_s = 60.0;
-    opts->shutdown_timeout_s = 300.0;
+    opts->shutdown_timeout_s = 0.0; /* no limit: a rank that shuts down first serves as long as the others work */
     opts->comm = MPI_COMM_NULL;
     opts->progress_thread_pu = -1;
 }

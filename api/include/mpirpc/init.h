@@ -36,7 +36,7 @@ typedef struct mpr_init_options {
     const char *name;         /* this rank's worker name; NULL: "worker<rank>" */
     int num_worker_threads;   /* worker pool size; 0: 4 */
     double rpc_timeout_s;     /* default per-call timeout; 0: none (default 60) */
-    double shutdown_timeout_s;/* graceful shutdown limit; 0: none (default 300) */
+    double shutdown_timeout_s;/* graceful shutdown limit in s; 0 (default, as PyTorch): none, serve until all are done */
     MPI_Comm comm;            /* communicator to adopt; MPI_COMM_NULL: MPI_COMM_WORLD */
     int progress_thread_pu;   /* bind the progress thread to this hwloc PU; -1: no binding */
     int *argc;                /* passed to MPI_Init_thread when mpirpc initializes MPI */
