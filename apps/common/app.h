@@ -112,6 +112,9 @@ typedef struct app_dataset {
  * file gives MPR_ERR_IO with a message naming the path and the Debian
  * package APP_FMNIST_PACKAGE; *out is all NULL on failure. */
 mpr_err_t app_fmnist_load(const char *dir, bool flat, app_dataset_t *out);
+/* Only check that the four files are readable (the same error as
+ * app_fmnist_load): cheap, e.g. before starting MPI. */
+mpr_err_t app_fmnist_check(const char *dir);
 /* Release the four tensors (NULL-safe), leaving *d zeroed. */
 void app_dataset_free(app_dataset_t *d);
 
@@ -241,6 +244,12 @@ mpr_err_t app_dict_copy_into_tensors(const mpr_tensor_dict_t *d, const char *pre
 /* The same for every named parameter of module m. */
 mpr_err_t app_dict_add_module(mpr_tensor_dict_t *d, const char *prefix, mpr_module_t *m);
 mpr_err_t app_dict_copy_into_module(const mpr_tensor_dict_t *d, const char *prefix, mpr_module_t *m);
+
+/* Add every tensor and metadata entry of the .safetensors bytes buf[0, len)
+ * to d (same names; existing entries replaced): e.g. the parts of a
+ * checkpoint that several workers encoded. `what` names the source in
+ * errors. */
+mpr_err_t app_dict_merge_encoded(mpr_tensor_dict_t *d, const void *buf, size_t len, const char *what);
 
 /* ============================================================ trainer sync
  * A barrier among the ranks that train, in which the leader does some work

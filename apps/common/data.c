@@ -18,8 +18,7 @@
 static const char *split_files[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
 
-mpr_err_t app_fmnist_load(const char *dir, bool flat, app_dataset_t *out) {
-    *out = (app_dataset_t){0};
+mpr_err_t app_fmnist_check(const char *dir) {
     if (!dir) dir = MPR_FASHION_MNIST_DIR;
     for (size_t i = 0; i < sizeof split_files / sizeof split_files[0]; i++) {
         char path[4096];
@@ -31,7 +30,15 @@ mpr_err_t app_fmnist_load(const char *dir, bool flat, app_dataset_t *out) {
                                  "*-ubyte.gz files",
                                  path, strerror(errno), APP_FMNIST_PACKAGE, APP_FMNIST_PACKAGE);
     }
-    mpr_err_t e = mpr_mnist_load(dir, true, flat, &out->train_x, &out->train_y);
+    return MPR_OK;
+}
+
+mpr_err_t app_fmnist_load(const char *dir, bool flat, app_dataset_t *out) {
+    *out = (app_dataset_t){0};
+    if (!dir) dir = MPR_FASHION_MNIST_DIR;
+    mpr_err_t e = app_fmnist_check(dir);
+    if (e) return e;
+    e = mpr_mnist_load(dir, true, flat, &out->train_x, &out->train_y);
     if (!e) e = mpr_mnist_load(dir, false, flat, &out->test_x, &out->test_y);
     if (e) app_dataset_free(out);
     return e;

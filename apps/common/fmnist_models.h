@@ -35,6 +35,14 @@ bool app_fmnist_model_flat(const char *kind);
 /* Stages [first, first + count) as a Sequential; NULL with the error set
  * (MPR_ERR_INVALID_ARG for an unknown kind or a bad range). */
 mpr_module_t *app_fmnist_group_create(const char *kind, int first, int count, uint64_t seed);
+/* The same parameters (names, order, values), with a forward that applies
+ * Linear and Conv2d layers to clones of their parameters, so the autograd
+ * graph saves the clones: another thread may then update the parameters in
+ * place (an optimizer step of another trainer) before this graph's backward
+ * runs, which the version check forbids for the saved parameters themselves
+ * (Hogwild-style training: the clone reads whatever the parameters hold at
+ * that moment). */
+mpr_module_t *app_fmnist_group_create_snapshot(const char *kind, int first, int count, uint64_t seed);
 /* The whole model: app_fmnist_group_create(kind, 0, stages, seed). */
 mpr_module_t *app_fmnist_model_create(const char *kind, uint64_t seed);
 /* First stage of group g when `stages` stages are split into `groups`

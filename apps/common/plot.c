@@ -6,6 +6,7 @@
  * is a warning and MPR_ERR_UNSUPPORTED, never a crash; the CSV path and the
  * title are written into the script as gnuplot strings with quotes escaped. */
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +89,18 @@ mpr_err_t app_plot_metrics(const char *csv_path, const char *png_path, const cha
         return mpr_error_set(MPR_ERR_IO, "plot: cannot write the gnuplot script");
     }
 
+    /* gnuplot's stderr goes to a file shown only if it fails (it warns about harmless
+     * things, e.g. a one-point accuracy range) */
+    size_t llen = strlen(script) + 8;
+    char *log = malloc(llen);
+    posix_spawn_file_actions_t fa;
+    bool have_fa = log && posix_spawn_file_actions_init(&fa) == 0;
+    if (log) snprintf(log, llen, "%s.log", script);
+    if (have_fa) posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     char *argv[] = {(char *)gnuplot, script, NULL};
     pid_t pid;
-    int rc = posix_spawnp(&pid, gnuplot, NULL, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, gnuplot, have_fa ? &fa : NULL, NULL, argv, environ);
+    if (have_fa) posix_spawn_file_actions_destroy(&fa);
     mpr_err_t e = MPR_OK;
     if (rc == ENOENT) {
         fprintf(stderr, "warning: no plot: '%s' not found (install the Debian package gnuplot-nox)\n", gnuplot);
@@ -107,8 +117,14 @@ mpr_err_t app_plot_metrics(const char *csv_path, const char *png_path, const cha
                         gnuplot);
             e = mpr_error_set(MPR_ERR_IO, "plot: '%s' failed on '%s' (exit status %d)", gnuplot, csv_path,
                               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+            FILE *lf = log ? fopen(log, "r") : NULL;
+            char line[512];
+            while (lf && fgets(line, sizeof line, lf)) fprintf(stderr, "gnuplot: %s", line);
+            if (lf) fclose(lf);
         }
     }
+    if (log) unlink(log);
+    free(log);
     unlink(script);
     free(script);
     return e;

@@ -67,7 +67,7 @@ mpr_err_t app_sync(int leader_rank, int my_rank, int followers, mpr_err_t (*work
     pthread_mutex_lock(&lock);
     int n = arrived;
     mpr_future_t **done = malloc((size_t)(n ? n : 1) * sizeof *done);
-    if (done) memcpy(done, waiting, (size_t)n * sizeof *done);
+    if (done && n) memcpy(done, waiting, (size_t)n * sizeof *done);
     arrived = 0;
     pthread_mutex_unlock(&lock);
     if (!done) return mpr_error_set(MPR_ERR_NOMEM, "app_sync: out of memory");
