@@ -31,8 +31,10 @@
 
 #define MPRI_BATCH_ALONE_BYTES ((size_t)64 << 10)
 #define MPRI_BATCH_MAX_BYTES ((size_t)16 << 20)
-/* Packing beats an hindexed datatype below this average tensor size
- * (measured with bench_rpc's tensor lists; see tensor_batches.c). */
+/* Batches of small tensors averaging at most this many bytes are packed
+ * (memcpy) rather than described by an hindexed datatype. A guess, not yet
+ * measured: bench_rpc's lists (256 B, 1 KiB) pack, runs of 60 KiB tensors
+ * do not; the crossover is still to be measured (issue #20). */
 #define MPRI_BATCH_PACK_MAX_AVG ((size_t)16 << 10)
 
 /* The plan, one tensor at a time: true when a tensor of `nbytes` starts a

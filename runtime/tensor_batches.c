@@ -8,9 +8,8 @@
  *   back in memory (a received batch: one tensor block, mpri_tensor.h), is
  *   sent from / received into that memory as plain bytes;
  * - a send of small tensors apart in memory is first packed (memcpy) into a
- *   buffer the caller provides: cheaper than an hindexed datatype for
- *   tensors below MPRI_BATCH_PACK_MAX_AVG bytes on average (measured: see
- *   the header);
+ *   buffer the caller provides, when they average at most
+ *   MPRI_BATCH_PACK_MAX_AVG bytes (no datatype to build per batch);
  * - otherwise (a receive into tensors apart in memory, or a send of larger
  *   tensors) an hindexed datatype over their storages, freed right after
  *   posting (MPI keeps it alive for the pending request).
