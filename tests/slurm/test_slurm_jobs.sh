@@ -8,7 +8,11 @@
 #     with `mpirun`: COMPLETED, exit 0, the program's results in the output;
 #  2. a program that fails makes the job FAILED with its exit code (a job
 #     that fails is never reported as success);
-#  3. a bad launcher name is refused with exit 2 and a message.
+#  3. a bad launcher name is refused with exit 2 and a message;
+#  4. apps/slurm/param_server.sbatch trains (a few steps, small data): the
+#     metrics CSV, its PNG and checkpoints are in the run directory; the same
+#     job submitted again with that RUN_DIR (what a requeue does) resumes from
+#     the newest checkpoint and continues the metrics from its step.
 set -uo pipefail
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
@@ -36,7 +40,7 @@ submit() {
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   out=$work/$name.out
-  job=$(cd "$work" && env "${envs[@]}" sbatch --parsable --wait -J "$name" -o "$out" "$@" 2>"$work/$name.sbatch.err")
+  job=$(cd "$work" && env "${envs[@]}" timeout 300 sbatch --parsable --wait -J "$name" -o "$out" "$@" 2>"$work/$name.sbatch.err")
   job=${job%%;*}
   [ -n "$job" ] || fail "$name: sbatch gave no job id: $(cat "$work/$name.sbatch.err")"
 }
@@ -77,4 +81,26 @@ submit badlauncher MPIRPC_LAUNCHER=ssh -- -n 1 "$src/apps/slurm/mpirpc.sbatch" /
 expect_job FAILED 2:0
 grep -q "MPIRPC_LAUNCHER must be srun or mpirun" "$out" || fail "no message for a bad launcher: $(cat "$out")"
 echo "ok: a bad launcher is refused"
+# 4. an app's batch script: outputs in the run directory, resumed when run again
+ps=$build/apps/param_server/param_server
+[ -x "$ps" ] || fail "$ps not built"
+run=$work/ps_run
+common=(--train-limit 2560 --batch 32 --metrics-every 5 --log-interval 1) # 40 steps per epoch
+submit ps_first RUN_DIR="$run" CHECKPOINT_EVERY=10 MPIRPC_HOME="$src" MPIRPC_BUILD="$build" -- \
+  -n 3 --overcommit "$src/apps/slurm/param_server.sbatch" "${common[@]}" --max-steps 20
+expect_job COMPLETED 0:0
+[ -s "$run/metrics.csv" ] && [ -s "$run/metrics.png" ] || fail "no metrics CSV/PNG in $run: $(ls "$run")"
+compgen -G "$run/checkpoints/ckpt-*" >/dev/null || fail "no checkpoint in $run/checkpoints"
+grep -q "resuming" "$out" && fail "the first run says it resumes: $(head -3 "$out")"
+last=$(tail -1 "$run/metrics.csv" | cut -d, -f1)
+[ "$last" = 20 ] || fail "the first run's last metrics step is '$last', expected 20"
+submit ps_again RUN_DIR="$run" CHECKPOINT_EVERY=10 MPIRPC_HOME="$src" MPIRPC_BUILD="$build" -- \
+  -n 3 --overcommit "$src/apps/slurm/param_server.sbatch" "${common[@]}" --max-steps 40
+expect_job COMPLETED 0:0
+grep -q "resuming from its newest checkpoint" "$out" || fail "the second run did not resume: $(head -5 "$out")"
+last=$(tail -1 "$run/metrics.csv" | cut -d, -f1)
+[ "$last" = 40 ] || fail "the resumed run's last metrics step is '$last', expected 40"
+awk -F, 'NR > 1 { if ($1 + 0 < prev) bad = 1; prev = $1 + 0 } END { exit bad }' "$run/metrics.csv" ||
+  fail "the resumed metrics go back in steps: $(cat "$run/metrics.csv")"
+echo "ok: param_server.sbatch wrote metrics, plot and checkpoints, and a second submission resumed at step 20"
 echo "all Slurm job checks passed"
