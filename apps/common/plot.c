@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "plot_run.h"
 
 extern char **environ;
 
-/* A gnuplot single-quoted string: ' is doubled. */
-static void put_quoted(FILE *f, const char *s) {
+void app_gnuplot_quoted(FILE *f, const char *s) {
     fputc('\'', f);
     for (; *s; s++) {
         if (*s == '\'') fputc('\'', f);
@@ -29,24 +29,24 @@ static void put_quoted(FILE *f, const char *s) {
 
 static void write_script(FILE *f, const char *csv, const char *png, const char *title) {
     fprintf(f, "set terminal pngcairo noenhanced size 1000,800 font 'sans,11'\nset output ");
-    put_quoted(f, png);
+    app_gnuplot_quoted(f, png);
     fprintf(f, "\nset datafile separator ','\n"
                "set datafile columnheaders\n"
                "set grid\nset key top right\n"
                "stats ");
-    put_quoted(f, csv);
+    app_gnuplot_quoted(f, csv);
     fprintf(f, " using 'wall_s' nooutput\n" /* both panels share the time axis */
                "set xrange [0:STATS_max > 0 ? STATS_max : 1]\n"
                "set multiplot layout 2,1 title ");
-    put_quoted(f, title ? title : "training");
+    app_gnuplot_quoted(f, title ? title : "training");
     fprintf(f, "\nset xlabel 'wall time (s)'\nset ylabel 'training loss'\n"
                "plot ");
-    put_quoted(f, csv);
+    app_gnuplot_quoted(f, csv);
     fprintf(f, " using 'wall_s':'loss' with lines lw 1.5 lc rgb '#1f77b4' title 'loss'\n"
                "set ylabel 'test accuracy'\nset key bottom right\n"
                "set datafile missing ''\n"
                "plot ");
-    put_quoted(f, csv);
+    app_gnuplot_quoted(f, csv);
     fprintf(f, " using 'wall_s':'test_acc' with linespoints pt 7 ps 1 lw 2 lc rgb '#d62728' title 'test accuracy'\n"
                "unset multiplot\n");
 }
@@ -64,14 +64,29 @@ char *app_plot_path(const app_common_t *common) {
     return p;
 }
 
+typedef struct metrics_script {
+    const char *csv, *png, *title;
+} metrics_script_t;
+
+static void write_metrics_script(FILE *f, void *ctx) {
+    const metrics_script_t *m = ctx;
+    write_script(f, m->csv, m->png, m->title);
+}
+
 mpr_err_t app_plot_metrics(const char *csv_path, const char *png_path, const char *title) {
     if (!csv_path || !png_path) return mpr_error_set(MPR_ERR_INVALID_ARG, "app_plot_metrics: a path is NULL");
+    metrics_script_t m = {csv_path, png_path, title};
+    return app_gnuplot_run(csv_path, png_path, write_metrics_script, &m, "app_plot_metrics");
+}
+
+mpr_err_t app_gnuplot_run(const char *csv_path, const char *png_path, void (*write)(FILE *f, void *ctx), void *ctx,
+                          const char *who) {
     const char *gnuplot = getenv("MPIRPC_GNUPLOT");
     if (!gnuplot || !*gnuplot) gnuplot = "gnuplot";
 
     size_t len = strlen(png_path) + 16;
     char *script = malloc(len);
-    if (!script) return mpr_error_set(MPR_ERR_NOMEM, "app_plot_metrics: out of memory");
+    if (!script) return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", who);
     snprintf(script, len, "%s.gp.XXXXXX", png_path);
     int fd = mkstemp(script);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -82,7 +97,7 @@ mpr_err_t app_plot_metrics(const char *csv_path, const char *png_path, const cha
         free(script);
         return e;
     }
-    write_script(f, csv_path, png_path, title);
+    write(f, ctx);
     if (fclose(f) != 0) {
         unlink(script);
         free(script);
