@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "mpirpc/optim.h"
+#include "mpirpc/tensor_io.h"
 #include "mpri_tensor.h"
 
 #define MPRI_OPTIM_MAX_SLOTS 3
@@ -104,6 +105,19 @@ bool mpri_adam_slot_used(const mpr_optim_options_t *o, int k, double *init);
 
 /* sqrtf for float, sqrt for double (both correctly rounded). */
 #define MPRI_OPTIM_SQRT(x) _Generic((x), float: sqrtf, default: sqrt)(x)
+
+/* mpr_optimizer_state_export/import with local parameter i named
+ * "state.<index[i]>" (index NULL: i); import checks every entry's index is
+ * < n_total and skips those of parameters not in index[] (state_io.c). */
+mpr_err_t mpri_optimizer_state_export_indexed(const mpr_optimizer_t *opt, mpr_tensor_dict_t *d,
+                                              const char *prefix, const int *index);
+mpr_err_t mpri_optimizer_state_import_indexed(mpr_optimizer_t *opt, const mpr_tensor_dict_t *d,
+                                              const char *prefix, const int *index, int n_total);
+
+/* mpr_safetensors_save to "<path>.tmp.<pid>", fsync, rename over `path`:
+ * readers see the old file or the new one, never a torn one; errors start
+ * with `what`. */
+mpr_err_t mpri_safetensors_save_atomic(const mpr_tensor_dict_t *d, const char *path, const char *what);
 
 /* The DistributedOptimizer's functions and object type (dist_optimizer.c);
  * run by mpr_init (init.c). */

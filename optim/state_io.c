@@ -8,6 +8,11 @@
  * mpr_optim_options_t ("%.17g" doubles, so they read back exactly; bools as
  * true/false).
  *
+ * A DistributedOptimizer's owners each hold a slice of one parameter list;
+ * the _indexed forms name local parameter i "state.<index[i]>" (its index in
+ * that list of n_total) and, on import, skip the entries of other owners'
+ * parameters, so the owners' exports together read like one optimizer's.
+ *
  * Invariants: export copies (later steps do not change an exported dict);
  * import builds the complete new state aside and swaps it in only when every
  * entry checked out (kind, options, indices, keys, shapes, dtypes, a buffer
@@ -53,6 +58,11 @@ mpr_err_t mpr_optimizer_state_export(const mpr_optimizer_t *opt, mpr_tensor_dict
     MPRI_ARG_NONNULL(opt);
     MPRI_ARG_NONNULL(d);
     if (!opt || !d) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer_state_export: NULL argument");
+    return mpri_optimizer_state_export_indexed(opt, d, prefix, NULL);
+}
+
+mpr_err_t mpri_optimizer_state_export_indexed(const mpr_optimizer_t *opt, mpr_tensor_dict_t *d,
+                                              const char *prefix, const int *index) {
     if (!prefix) prefix = "";
     const mpri_optimizer_vtable_t *vt = opt->vt;
     char k[256], v[64];
@@ -72,14 +82,15 @@ mpr_err_t mpr_optimizer_state_export(const mpr_optimizer_t *opt, mpr_tensor_dict
     MPRI_OPTIM_BOOLS(EXPORT_B)
     for (int i = 0; i < opt->n_params; i++) {
         if (opt->steps[i] == 0) continue;
-        snprintf(k, sizeof k, "%sstate.%d.step", prefix, i);
+        int gi = index ? index[i] : i;
+        snprintf(k, sizeof k, "%sstate.%d.step", prefix, gi);
         mpr_tensor_t *st = mpr_tensor_empty(MPR_I64, 0, NULL);
         if (st) *(int64_t *)mpr_tensor_data(st) = opt->steps[i];
         if ((e = put(d, k, st))) return e;
         for (int s = 0; s < vt->n_slots; s++) {
             mpr_tensor_t *b = opt->bufs[i * vt->n_slots + s];
             if (!b) continue;
-            snprintf(k, sizeof k, "%sstate.%d.%s", prefix, i, vt->slot_names[s]);
+            snprintf(k, sizeof k, "%sstate.%d.%s", prefix, gi, vt->slot_names[s]);
             if ((e = put(d, k, copy_tensor(b)))) return e;
         }
     }
@@ -126,18 +137,23 @@ static bool parse_index(const char *s, int n, int *i, const char **rest) {
     return true;
 }
 
-/* Put entry `name` (t) of the dict into the new state (steps, bufs). */
+/* Put entry `name` (t) of the dict into the new state (steps, bufs); an
+ * entry of a parameter outside `index` (another owner's) is skipped. */
 static mpr_err_t import_entry(const mpr_optimizer_t *opt, const mpr_optim_options_t *o, const char *name,
-                              const char *rel, const mpr_tensor_t *t, int64_t *steps, mpr_tensor_t **bufs) {
+                              const char *rel, const mpr_tensor_t *t, const int *index, int n_total,
+                              int64_t *steps, mpr_tensor_t **bufs) {
     const mpri_optimizer_vtable_t *vt = opt->vt;
-    int i;
+    int i, gi;
     const char *what;
-    if (!mpr_tensor_is_contiguous(t) || t->storage->device != -1)
-        return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer state: '%s' must be a contiguous CPU tensor", name);
-    if (!parse_index(rel, opt->n_params, &i, &what))
+    if (!parse_index(rel, n_total, &gi, &what))
         return mpr_error_set(MPR_ERR_INVALID_ARG,
                              "optimizer state: entry '%s' names no parameter (the optimizer has %d)",
-                             name, opt->n_params);
+                             name, n_total);
+    for (i = 0; index && i < opt->n_params && index[i] != gi; i++) continue;
+    if (!index) i = gi;
+    if (i == opt->n_params) return MPR_OK; /* another owner's parameter */
+    if (!mpr_tensor_is_contiguous(t) || t->storage->device != -1)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer state: '%s' must be a contiguous CPU tensor", name);
     if (strcmp(what, "step") == 0) {
         if (t->dtype != MPR_I64 || mpr_tensor_numel(t) != 1)
             return mpr_error_set(MPR_ERR_DTYPE, "optimizer state: '%s' must be one int64", name);
@@ -172,6 +188,11 @@ mpr_err_t mpr_optimizer_state_import(mpr_optimizer_t *opt, const mpr_tensor_dict
     MPRI_ARG_NONNULL(opt);
     MPRI_ARG_NONNULL(d);
     if (!opt || !d) return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer_state_import: NULL argument");
+    return mpri_optimizer_state_import_indexed(opt, d, prefix, NULL, opt->n_params);
+}
+
+mpr_err_t mpri_optimizer_state_import_indexed(mpr_optimizer_t *opt, const mpr_tensor_dict_t *d,
+                                              const char *prefix, const int *index, int n_total) {
     if (!prefix) prefix = "";
     const mpri_optimizer_vtable_t *vt = opt->vt;
     char k[256];
@@ -195,7 +216,7 @@ mpr_err_t mpr_optimizer_state_import(mpr_optimizer_t *opt, const mpr_tensor_dict
     for (size_t j = 0; !e && j < mpr_tensor_dict_count(d); j++) {
         const char *name = mpr_tensor_dict_name(d, j);
         if (strncmp(name, sp, splen) != 0) continue; /* e.g. a model's parameters in the same file */
-        e = import_entry(opt, &o, name, name + splen, mpr_tensor_dict_tensor(d, j), steps, bufs);
+        e = import_entry(opt, &o, name, name + splen, mpr_tensor_dict_tensor(d, j), index, n_total, steps, bufs);
     }
     for (int i = 0; !e && i < opt->n_params; i++) {
         for (int s = 0; s < vt->n_slots; s++) {
@@ -204,10 +225,10 @@ mpr_err_t mpr_optimizer_state_import(mpr_optimizer_t *opt, const mpr_tensor_dict
             bool have = bufs[i * vt->n_slots + s] != NULL;
             if (steps[i] > 0 && !have)
                 e = mpr_error_set(MPR_ERR_NOT_FOUND, "optimizer state: parameter %d stepped %" PRId64
-                                  " times but has no '%s'", i, steps[i], vt->slot_names[s]);
+                                  " times but has no '%s'", index ? index[i] : i, steps[i], vt->slot_names[s]);
             else if (steps[i] == 0 && have)
                 e = mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer state: parameter %d has '%s' but no step",
-                                  i, vt->slot_names[s]);
+                                  index ? index[i] : i, vt->slot_names[s]);
             if (e) break;
         }
     }
@@ -226,6 +247,24 @@ mpr_err_t mpr_optimizer_state_import(mpr_optimizer_t *opt, const mpr_tensor_dict
     return MPR_OK;
 }
 
+mpr_err_t mpri_safetensors_save_atomic(const mpr_tensor_dict_t *d, const char *path, const char *what) {
+    size_t cap = strlen(path) + 32;
+    char *tmp = malloc(cap);
+    if (!tmp) return mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", what);
+    snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+    mpr_err_t e = mpr_safetensors_save(d, tmp);
+    if (!e) {
+        int fd = open(tmp, O_RDONLY);
+        if (fd < 0 || fsync(fd) != 0) e = mpr_error_set(MPR_ERR_IO, "%s: cannot sync '%s': %s", what, tmp, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    if (!e && rename(tmp, path) != 0)
+        e = mpr_error_set(MPR_ERR_IO, "%s: cannot rename '%s' to '%s': %s", what, tmp, path, strerror(errno));
+    if (e) unlink(tmp);
+    free(tmp);
+    return e;
+}
+
 mpr_err_t mpr_optimizer_state_save(const mpr_optimizer_t *opt, const char *path) {
     MPRI_ARG_NONNULL(opt);
     MPRI_ARG_NONNULL(path);
@@ -233,24 +272,7 @@ mpr_err_t mpr_optimizer_state_save(const mpr_optimizer_t *opt, const char *path)
     mpr_tensor_dict_t *d = mpr_tensor_dict_create();
     if (!d) return mpr_last_error_code();
     mpr_err_t e = mpr_optimizer_state_export(opt, d, NULL);
-    size_t cap = strlen(path) + 32;
-    char *tmp = malloc(cap);
-    if (!e && !tmp) e = mpr_error_set(MPR_ERR_NOMEM, "optimizer_state_save: out of memory");
-    if (!e) {
-        snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-        e = mpr_safetensors_save(d, tmp);
-        if (!e) {
-            int fd = open(tmp, O_RDONLY);
-            if (fd < 0 || fsync(fd) != 0)
-                e = mpr_error_set(MPR_ERR_IO, "optimizer_state_save: cannot sync '%s': %s", tmp, strerror(errno));
-            if (fd >= 0) close(fd);
-        }
-        if (!e && rename(tmp, path) != 0)
-            e = mpr_error_set(MPR_ERR_IO, "optimizer_state_save: cannot rename '%s' to '%s': %s", tmp, path,
-                              strerror(errno));
-        if (e) unlink(tmp);
-    }
-    free(tmp);
+    if (!e) e = mpri_safetensors_save_atomic(d, path, "optimizer_state_save");
     mpr_tensor_dict_destroy(d);
     return e;
 }

@@ -19,8 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "app.h"
 
 #define CKPT_PREFIX "ckpt-"
@@ -287,21 +285,7 @@ mpr_err_t app_dict_copy_into_module(const mpr_tensor_dict_t *d, const char *pref
 mpr_err_t app_dict_merge_encoded(mpr_tensor_dict_t *d, const void *buf, size_t len, const char *what) {
     mpr_tensor_dict_t *part = mpr_safetensors_decode(buf, len, what);
     if (!part) return mpr_last_error_code();
-    mpr_err_t e = MPR_OK;
-    for (size_t i = 0; !e && i < mpr_tensor_dict_count(part); i++)
-        e = mpr_tensor_dict_set(d, mpr_tensor_dict_name(part, i), mpr_tensor_dict_tensor(part, i));
-    /* the metadata keys: from the JSON header (the decode above checked the layout) */
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | ((const unsigned char *)buf)[i];
-    cJSON *root = e ? NULL : cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
-    if (!e && !root) e = mpr_error_set(MPR_ERR_DECODE, "%s: unreadable header", what);
-    const cJSON *meta = root ? cJSON_GetObjectItemCaseSensitive(root, "__metadata__") : NULL, *item;
-    cJSON_ArrayForEach(item, meta) {
-        if (e) break;
-        const char *v = mpr_tensor_dict_get_meta(part, item->string);
-        if (v) e = mpr_tensor_dict_set_meta(d, item->string, v);
-    }
-    cJSON_Delete(root);
+    mpr_err_t e = mpr_tensor_dict_update(d, part);
     mpr_tensor_dict_destroy(part);
     return e;
 }

@@ -191,6 +191,36 @@ const char *mpr_tensor_dict_get_meta(const mpr_tensor_dict_t *d, const char *key
     return NULL;
 }
 
+size_t mpr_tensor_dict_meta_count(const mpr_tensor_dict_t *d) {
+    MPRI_ARG_NONNULL_OR(d, 0);
+    return d ? d->meta_count : 0;
+}
+
+const char *mpr_tensor_dict_meta_key(const mpr_tensor_dict_t *d, size_t i) {
+    MPRI_ARG_NONNULL_OR(d, NULL);
+    if (d && i < d->meta_count) return d->meta_keys[i];
+    if (d) mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_tensor_dict_meta_key: entry %zu out of range (%zu entries)", i,
+                         d->meta_count);
+    return NULL;
+}
+
+const char *mpr_tensor_dict_meta_value(const mpr_tensor_dict_t *d, size_t i) {
+    MPRI_ARG_NONNULL_OR(d, NULL);
+    if (d && i < d->meta_count) return d->meta_values[i];
+    if (d) mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_tensor_dict_meta_value: entry %zu out of range (%zu entries)", i,
+                         d->meta_count);
+    return NULL;
+}
+
+mpr_err_t mpr_tensor_dict_update(mpr_tensor_dict_t *d, const mpr_tensor_dict_t *src) {
+    MPRI_ARG_NONNULL(d);
+    MPRI_ARG_NONNULL(src);
+    mpr_err_t e = MPR_OK;
+    for (size_t i = 0; !e && i < src->count; i++) e = mpr_tensor_dict_set(d, src->names[i], src->tensors[i]);
+    for (size_t i = 0; !e && i < src->meta_count; i++) e = mpr_tensor_dict_set_meta(d, src->meta_keys[i], src->meta_values[i]);
+    return e;
+}
+
 /* ---- encode ---- */
 
 static const char *const st_dtypes[MPR_DTYPE_COUNT] = {"F32", "F64", "I64", "I32", "U8"};

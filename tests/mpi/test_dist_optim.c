@@ -4,7 +4,10 @@
  * optimizer of the same kind run by rank 0 over copies of the same
  * parameters with the same gradients; two trainers stepping one owner's
  * parameter at once lose no update (the result is one of the two serial
- * orders); misuse and failures give errors naming the owner; nothing leaks. */
+ * orders); the state checkpoint (export/save/load/import) reads like a
+ * local optimizer's over the same list, a restored optimizer continues
+ * exactly, and an import one owner rejects changes no owner; misuse and
+ * failures give errors naming the owner; nothing leaks. */
 #include <math.h>
 #include <unistd.h>
 
@@ -267,6 +270,160 @@ static void test_failures_name_the_owner(void) {
     mpr_rref_release(p);
 }
 
+/* One step of loss = sum_k tanh(owner_k * (p_k @ x)) on both optimizers:
+ * rrefs[k] lives on owner[k], local[k] is its local twin. */
+static void step_both(mpr_dist_optimizer_t *dopt, mpr_optimizer_t *lopt, const int *owner, mpr_tensor_t **local,
+                      int step) {
+    mpr_tensor_t *x = filled(3, 2, 0.3 * step, false);
+    int64_t ctx;
+    CHECK_OK(mpr_dist_context_begin(&ctx));
+    mpr_scope_begin();
+    mpr_tensor_t *loss = NULL, *ll = NULL;
+    for (int k = 0; k < 3; k++) {
+        mpr_tensor_t *y = call_tensor(owner[k], "apply", mpr_value_list_of(1, mpr_value_new_tensor(x)));
+        mpr_tensor_t *l = mpr_sum(mpr_tanh(mpr_mul_scalar(y, (double)owner[k])));
+        loss = loss ? mpr_add(loss, l) : l;
+        mpr_tensor_release(y);
+        mpr_tensor_t *m = mpr_sum(mpr_tanh(mpr_mul_scalar(mpr_matmul(local[k], x), (double)owner[k])));
+        ll = ll ? mpr_add(ll, m) : m;
+    }
+    CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
+    CHECK_OK(mpr_dist_optimizer_step(dopt, ctx));
+    mpr_optimizer_zero_grad(lopt);
+    CHECK_OK(mpr_backward(ll, NULL, false));
+    CHECK_OK(mpr_optimizer_step(lopt));
+    mpr_scope_end();
+    CHECK_OK(mpr_dist_context_end(ctx));
+    mpr_tensor_release(x);
+}
+
+/* The same names, metadata and values (1e-9 relative) in both dicts. */
+static void check_same_dict(const mpr_tensor_dict_t *got, const mpr_tensor_dict_t *want, const char *what) {
+    CHECK(mpr_tensor_dict_count(got) == mpr_tensor_dict_count(want));
+    CHECK(mpr_tensor_dict_meta_count(got) == mpr_tensor_dict_meta_count(want));
+    for (size_t j = 0; j < mpr_tensor_dict_count(want); j++) {
+        const char *name = mpr_tensor_dict_name(want, j);
+        mpr_tensor_t *g = mpr_tensor_dict_get(got, name), *w = mpr_tensor_dict_tensor(want, j);
+        if (!g) {
+            fprintf(stderr, "[rank %d] %s: no '%s'\n", me, what, name);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        CHECK(mpr_tensor_dtype(g) == mpr_tensor_dtype(w) && mpr_tensor_numel(g) == mpr_tensor_numel(w));
+        if (mpr_tensor_dtype(w) == MPR_I64)
+            CHECK(*(int64_t *)mpr_tensor_data(g) == *(int64_t *)mpr_tensor_data(w));
+        else
+            check_close(g, w, 1e-9, name);
+    }
+    for (size_t m = 0; m < mpr_tensor_dict_meta_count(want); m++) {
+        const char *k = mpr_tensor_dict_meta_key(want, m), *v = mpr_tensor_dict_get_meta(got, k);
+        CHECK(v != NULL);
+        CHECK(strcmp(v, mpr_tensor_dict_meta_value(want, m)) == 0);
+    }
+}
+
+static void test_state_checkpoint(void) {
+    if (me != 0) return;
+    const int owner[3] = {3, 1, 2}; /* list order differs from rank order */
+    mpr_optim_options_t o;
+    mpr_optim_options_default("adam", &o);
+    o.lr = 0.05;
+    mpr_rref_t *rrefs[3];
+    mpr_tensor_t *local[3];
+    for (int k = 0; k < 3; k++) {
+        rrefs[k] = make_param(owner[k], owner[k]);
+        local[k] = filled(3, 3, (double)owner[k], true);
+    }
+    mpr_dist_optimizer_t *dopt = mpr_dist_optimizer_create("adam", &o, rrefs, 3);
+    mpr_optimizer_t *lopt = mpr_optimizer_create("adam", local, 3, &o);
+    CHECK(dopt && lopt);
+    for (int step = 0; step < 3; step++) step_both(dopt, lopt, owner, local, step);
+
+    /* export: the local optimizer's dict, name for name */
+    mpr_tensor_dict_t *dist_state = mpr_tensor_dict_create(), *local_state = mpr_tensor_dict_create();
+    CHECK_OK(mpr_dist_optimizer_state_export(dopt, dist_state, "optim."));
+    CHECK_OK(mpr_optimizer_state_export(lopt, local_state, "optim."));
+    CHECK(mpr_tensor_dict_count(local_state) == 3 * 3); /* step, exp_avg, exp_avg_sq per parameter */
+    check_same_dict(dist_state, local_state, "export");
+
+    /* save, then a new DistributedOptimizer with other options loads it and
+     * continues exactly as the local one that never stopped */
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/mpirpc_test_dist_optim_%ld.safetensors", (long)getpid());
+    CHECK_OK(mpr_dist_optimizer_state_save(dopt, path));
+    mpr_dist_optimizer_destroy(dopt);
+    mpr_optim_options_t other = o;
+    other.lr = 0.5;
+    other.beta1 = 0.5;
+    dopt = mpr_dist_optimizer_create("adam", &other, rrefs, 3);
+    CHECK(dopt != NULL);
+    CHECK_OK(mpr_dist_optimizer_state_load(dopt, path));
+    mpr_tensor_dict_t *reloaded = mpr_tensor_dict_create();
+    CHECK_OK(mpr_dist_optimizer_state_export(dopt, reloaded, "optim."));
+    check_same_dict(reloaded, local_state, "reloaded");
+    mpr_tensor_dict_destroy(reloaded);
+
+    /* a local optimizer reads the distributed file too */
+    mpr_tensor_t *copies[3];
+    for (int k = 0; k < 3; k++) copies[k] = filled(3, 3, 0.0, true);
+    mpr_optimizer_t *from_file = mpr_optimizer_create("adam", copies, 3, &other);
+    CHECK_OK(mpr_optimizer_state_load(from_file, path));
+    CHECK(mpr_optimizer_get_lr(from_file) == 0.05);
+    mpr_optimizer_destroy(from_file);
+    for (int k = 0; k < 3; k++) mpr_tensor_release(copies[k]);
+
+    /* an import that owner 2 rejects (a wrong shape for list index 2) changes no owner */
+    mpr_tensor_dict_t *bad = mpr_tensor_dict_create();
+    for (size_t j = 0; j < mpr_tensor_dict_count(local_state); j++)
+        CHECK_OK(mpr_tensor_dict_set(bad, mpr_tensor_dict_name(local_state, j), mpr_tensor_dict_tensor(local_state, j)));
+    for (size_t m = 0; m < mpr_tensor_dict_meta_count(local_state); m++)
+        CHECK_OK(mpr_tensor_dict_set_meta(bad, mpr_tensor_dict_meta_key(local_state, m),
+                                          mpr_tensor_dict_meta_value(local_state, m)));
+    CHECK_OK(mpr_tensor_dict_set_meta(bad, "optim.lr", "0.25"));
+    mpr_tensor_t *wrong = filled(2, 2, 0.0, false);
+    CHECK_OK(mpr_tensor_dict_set(bad, "optim.state.2.exp_avg", wrong));
+    mpr_tensor_release(wrong);
+    CHECK(mpr_dist_optimizer_state_import(dopt, bad, "optim.") == MPR_ERR_REMOTE);
+    CHECK_CONTAINS(mpr_last_error(), "worker2");
+    CHECK_CONTAINS(mpr_last_error(), "state.2.exp_avg");
+    /* an index outside the list, and another kind's state */
+    mpr_tensor_t *st = mpr_tensor_empty(MPR_I64, 0, NULL);
+    *(int64_t *)mpr_tensor_data(st) = 1;
+    CHECK_OK(mpr_tensor_dict_set(bad, "optim.state.2.exp_avg", mpr_tensor_dict_get(local_state, "optim.state.2.exp_avg")));
+    CHECK_OK(mpr_tensor_dict_set(bad, "optim.state.3.step", st));
+    mpr_tensor_release(st);
+    CHECK(mpr_dist_optimizer_state_import(dopt, bad, "optim.") != MPR_OK);
+    CHECK_CONTAINS(mpr_last_error(), "names no parameter");
+    CHECK(mpr_dist_optimizer_state_import(dopt, bad, "nothing_here.") != MPR_OK);
+    CHECK_CONTAINS(mpr_last_error(), "kind");
+    mpr_tensor_dict_destroy(bad);
+    mpr_tensor_dict_t *after = mpr_tensor_dict_create();
+    CHECK_OK(mpr_dist_optimizer_state_export(dopt, after, "optim."));
+    check_same_dict(after, local_state, "after rejected imports");
+    mpr_tensor_dict_destroy(after);
+    /* misuse */
+    CHECK_ERR(mpr_dist_optimizer_state_export(NULL, local_state, NULL), MPR_ERR_INVALID_ARG);
+    CHECK_ERR(mpr_dist_optimizer_state_import(dopt, NULL, NULL), MPR_ERR_INVALID_ARG);
+    CHECK(mpr_dist_optimizer_state_load(dopt, "/nonexistent/dir/x.safetensors") != MPR_OK);
+    CHECK_CONTAINS(mpr_last_error(), "/nonexistent/dir/x.safetensors");
+
+    /* continue: 2 more steps on both, parameters equal */
+    for (int step = 3; step < 5; step++) step_both(dopt, lopt, owner, local, step);
+    for (int k = 0; k < 3; k++) {
+        mpr_tensor_t *got = call_tensor(owner[k], "get_param", mpr_value_new_list());
+        check_close(got, local[k], 1e-9, "resumed adam");
+        mpr_tensor_release(got);
+        mpr_rref_release(rrefs[k]);
+        mpr_tensor_release(local[k]);
+    }
+    unlink(path);
+    mpr_tensor_dict_destroy(dist_state);
+    mpr_tensor_dict_destroy(local_state);
+    mpr_optimizer_destroy(lopt);
+    mpr_dist_optimizer_destroy(dopt);
+    printf("DistributedOptimizer(adam) state: export equals the local optimizer's, a reload continues exactly, "
+           "rejected imports change no owner\n");
+}
+
 int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("make_param", fn_make_param, NULL));
     CHECK_OK(mpr_register_function("apply", fn_apply, NULL));
@@ -283,6 +440,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_adam);
     RUN_TEST(test_concurrent_trainers);
     RUN_TEST(test_failures_name_the_owner);
+    RUN_TEST(test_state_checkpoint);
     CHECK_OK(mpr_shutdown(true));
     mpr_tensor_release(param);
     MPITEST_REPORT();

@@ -256,6 +256,28 @@ static void test_safetensors_roundtrip(void **state) {
     }
     assert_string_equal(mpr_tensor_dict_get_meta(e, "format"), "pt");
     assert_string_equal(mpr_tensor_dict_get_meta(e, "note"), "quote \" and \\ and \n");
+    /* Metadata enumerates in insertion order, with bounds checked. */
+    assert_int_equal(mpr_tensor_dict_meta_count(e), 2);
+    assert_string_equal(mpr_tensor_dict_meta_key(e, 0), "format");
+    assert_string_equal(mpr_tensor_dict_meta_value(e, 0), "pt");
+    assert_string_equal(mpr_tensor_dict_meta_key(e, 1), "note");
+    assert_null(mpr_tensor_dict_meta_key(e, 2));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    assert_null(mpr_tensor_dict_meta_value(e, 2));
+    /* update: new entries added, same names replaced, src unchanged */
+    mpr_tensor_dict_t *u = mpr_tensor_dict_create();
+    assert_int_equal(mpr_tensor_dict_set(u, names[0], ts[1]), MPR_OK);
+    assert_int_equal(mpr_tensor_dict_set(u, "only_in_u", ts[2]), MPR_OK);
+    assert_int_equal(mpr_tensor_dict_set_meta(u, "format", "old"), MPR_OK);
+    assert_int_equal(mpr_tensor_dict_update(u, e), MPR_OK);
+    assert_int_equal(mpr_tensor_dict_count(u), 8);
+    assert_ptr_equal(mpr_tensor_dict_get(u, names[0]), mpr_tensor_dict_get(e, names[0]));
+    assert_ptr_equal(mpr_tensor_dict_get(u, "only_in_u"), ts[2]);
+    assert_string_equal(mpr_tensor_dict_get_meta(u, "format"), "pt");
+    assert_int_equal(mpr_tensor_dict_meta_count(u), 2);
+    assert_int_equal(mpr_tensor_dict_count(e), 7);
+    assert_int_equal(mpr_tensor_dict_update(u, NULL), MPR_ERR_INVALID_ARG);
+    mpr_tensor_dict_destroy(u);
     assert_null(mpr_tensor_dict_get(e, "nope"));
     assert_int_equal(mpr_last_error_code(), MPR_ERR_NOT_FOUND);
     /* The header length is a multiple of 8 and the header is JSON. */

@@ -29,6 +29,17 @@
  * _LocalOptimizer.global_lock), so two trainers stepping the same
  * parameters lose no update. No zero_grad: gradients live in the context.
  *
+ * State checkpoints: state_export writes what one local optimizer over the
+ * same parameter list would (mpr_optimizer_state_export: "state.<i>.*" with
+ * i the parameter's index in `params` at create, plus the kind and options
+ * as metadata), gathered from every owner; so a file saved here loads into a
+ * local optimizer over the same parameters, and the other way round.
+ * state_import sends each owner its parameters' entries and replaces every
+ * owner's state or none: if any owner rejects its part (kind, options,
+ * shapes, an index outside the list), no owner changes, and the error names
+ * the owner. A step running concurrently on another handle is not lost
+ * mid-update (owners serialize), but it lands before or after the import.
+ *
  * Ownership: create borrows `opts` and the RRefs (it keeps its own
  * references); destroy releases the remote optimizers (their owners free
  * them) and accepts NULL. A handle may be used by several threads at once. */
@@ -39,6 +50,7 @@
 
 #include "mpirpc/optim.h"
 #include "mpirpc/rref.h"
+#include "mpirpc/tensor_io.h"
 
 typedef struct mpr_dist_optimizer mpr_dist_optimizer_t;
 
@@ -48,6 +60,16 @@ mpr_dist_optimizer_t *mpr_dist_optimizer_create(const char *kind, const mpr_opti
                                                 mpr_rref_t *const *params, int n);
 /* One update on every owner with context `ctx_id`'s gradients. */
 mpr_err_t mpr_dist_optimizer_step(mpr_dist_optimizer_t *opt, int64_t ctx_id);
+/* Add the state to `d` (names after `prefix`, NULL for none; tensors
+ * owned by d). On failure d is unchanged. */
+mpr_err_t mpr_dist_optimizer_state_export(mpr_dist_optimizer_t *opt, mpr_tensor_dict_t *d, const char *prefix);
+/* Replace every owner's state with the entries of `d` under `prefix` (d
+ * borrowed); all owners or none. */
+mpr_err_t mpr_dist_optimizer_state_import(mpr_dist_optimizer_t *opt, const mpr_tensor_dict_t *d,
+                                          const char *prefix);
+/* export to a .safetensors file written atomically / import from one. */
+mpr_err_t mpr_dist_optimizer_state_save(mpr_dist_optimizer_t *opt, const char *path);
+mpr_err_t mpr_dist_optimizer_state_load(mpr_dist_optimizer_t *opt, const char *path);
 /* Workers holding parameters of `opt` (each has one local optimizer). */
 int mpr_dist_optimizer_num_owners(const mpr_dist_optimizer_t *opt);
 void mpr_dist_optimizer_destroy(mpr_dist_optimizer_t *opt);

@@ -68,6 +68,14 @@ mpr_tensor_t *mpr_tensor_dict_tensor(const mpr_tensor_dict_t *d, size_t i);
 mpr_err_t mpr_tensor_dict_set_meta(mpr_tensor_dict_t *d, const char *key, const char *value);
 /* Borrowed value, or NULL when absent. */
 const char *mpr_tensor_dict_get_meta(const mpr_tensor_dict_t *d, const char *key);
+/* Metadata entries in insertion order: count, and the borrowed key / value
+ * of entry i (0 <= i < count; NULL with MPR_ERR_INVALID_ARG out of range). */
+size_t mpr_tensor_dict_meta_count(const mpr_tensor_dict_t *d);
+const char *mpr_tensor_dict_meta_key(const mpr_tensor_dict_t *d, size_t i);
+const char *mpr_tensor_dict_meta_value(const mpr_tensor_dict_t *d, size_t i);
+/* Put every tensor (a new reference) and metadata entry of `src` (borrowed)
+ * into `d`, replacing entries of the same name, like Python's dict.update. */
+mpr_err_t mpr_tensor_dict_update(mpr_tensor_dict_t *d, const mpr_tensor_dict_t *src);
 
 /* ---- .safetensors ---- */
 
