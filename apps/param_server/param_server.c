@@ -29,21 +29,24 @@
  *   start: the leader creates the groups (mpr_remote_module_create), and if
  *     --resume, restores the newest checkpoint's parameters into them
  *     (ASSIGN_FN on each owner); then SET_MODEL_FN on every other trainer
- *     delivers [the RemoteModules, the run state]; followers wait for it.
+ *     delivers [the RemoteModules, the run state, the checkpoint's bytes
+ *     when resuming]; followers wait for it. Every trainer then creates its
+ *     DistributedOptimizer and, when resuming, imports its own part of the
+ *     checkpoint ("optim.trainer<t>.").
  *   sync points (app_sync: all trainers stop; the leader works, then all go
  *     on): every --checkpoint-every steps (a checkpoint), at every epoch's
  *     end and at the run's end (test accuracy, metrics row, checkpoint).
  * A checkpoint holds the parameters (fetched from their owners with
- * to_here) under "model.<name>" plus the run state; the optimizer must be
- * stateless for it (plain SGD): DistributedOptimizer's per-owner state
- * cannot be read back through the public API, so other optimizers refuse
- * --checkpoint-dir rather than resume inexactly.
+ * to_here) under "model.<name>", every trainer's DistributedOptimizer state
+ * under "optim.trainer<t>." (the leader's own, the others' fetched with
+ * OPTIM_STATE_FN while they wait at the sync point) and the run state.
  *
  * Invariants: every trainer runs the same number of steps per epoch and
  * reaches the same sync points in the same order; the leader's parameter
  * names are those of the whole model built locally (same order as the
  * concatenated groups' remote parameters, checked at start). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +57,7 @@
 #define GROUP_KIND "ps_app.group"
 #define SET_MODEL_FN "ps_app.set_model"
 #define ASSIGN_FN "ps_app.assign"
+#define OPTIM_STATE_FN "ps_app.optim_state"
 
 static const char *summary =
     "param_server: a parameter server with distributed autograd on Fashion-MNIST.\n"
@@ -118,8 +122,34 @@ typedef struct trainer {
     int nparams;
     mpr_module_t *names_model; /* leader: the whole model, for parameter names */
     mpr_dist_optimizer_t *opt;
-    app_ckpt_state_t start; /* where this run starts (a resumed run: the checkpoint's state) */
+    app_ckpt_state_t start;     /* where this run starts (a resumed run: the checkpoint's state) */
+    mpr_tensor_dict_t *resume;  /* --resume: the checkpoint, until the optimizer state is imported */
+    char resume_from[512];      /* ... and where it came from, for messages */
 } trainer_t;
+
+/* This process's trainer once its optimizer exists, for OPTIM_STATE_FN
+ * (called by the leader while this trainer waits at a sync point). */
+static _Atomic(trainer_t *) this_trainer;
+
+static void optim_prefix(int trainer, char *buf, size_t cap) { snprintf(buf, cap, "optim.trainer%d.", trainer); }
+
+/* [] -> bytes: .safetensors of this trainer's DistributedOptimizer state */
+static mpr_err_t optim_state_fn(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx, (void)args;
+    trainer_t *t = this_trainer;
+    if (!t) return mpr_error_set(MPR_ERR_STATE, "this trainer has no optimizer yet");
+    char prefix[64];
+    optim_prefix(t->lay.trainer, prefix, sizeof prefix);
+    mpr_tensor_dict_t *d = mpr_tensor_dict_create();
+    void *buf = NULL;
+    size_t len = 0;
+    mpr_err_t e = d ? mpr_dist_optimizer_state_export(t->opt, d, prefix) : mpr_last_error_code();
+    if (!e) e = mpr_safetensors_encode(d, &buf, &len);
+    mpr_tensor_dict_destroy(d);
+    if (!e && !(*result = mpr_value_new_bytes(buf, len))) e = mpr_last_error_code();
+    free(buf);
+    return e;
+}
 
 static void fatal(const trainer_t *t, const char *what) { ps_fatal(t->lay.rank, what); }
 
@@ -163,6 +193,14 @@ static mpr_err_t restore(trainer_t *t) {
         e = mpr_error_set(MPR_ERR_INVALID_ARG, "checkpoint %s is of model %s, seed %llu; this run: %s, seed %lld", path,
                           model ? model : "?", (unsigned long long)t->start.seed, t->cfg->model,
                           (long long)t->cfg->common.seed);
+    const char *trainers = mpr_tensor_dict_get_meta(d, "ps_app.trainers");
+    char want[24];
+    snprintf(want, sizeof want, "%d", t->lay.ntrainers);
+    if (!e && (!trainers || strcmp(trainers, want) != 0))
+        e = mpr_error_set(MPR_ERR_INVALID_ARG,
+                          "checkpoint %s holds the optimizer state of %s trainer(s); this run has %d (start the "
+                          "job with %d trainer ranks)",
+                          path, trainers ? trainers : "no", t->lay.ntrainers, trainers ? atoi(trainers) : 0);
     for (int i = 0; !e && i < t->nparams; i++) {
         const char *name;
         mpr_module_parameter(t->names_model, i, &name);
@@ -179,9 +217,15 @@ static mpr_err_t restore(trainer_t *t) {
     if (!e)
         fprintf(stderr, "resuming from %s (step %lld, epoch %lld)\n", path, (long long)t->start.step,
                 (long long)t->start.epoch + 1);
-    mpr_tensor_dict_destroy(d);
+    if (e) {
+        mpr_tensor_dict_destroy(d);
+        free(path);
+        return e;
+    }
+    t->resume = d; /* the optimizer state is imported once the optimizer exists */
+    snprintf(t->resume_from, sizeof t->resume_from, "%s", path);
     free(path);
-    return e;
+    return MPR_OK;
 }
 
 static void setup_leader(trainer_t *t) {
@@ -208,6 +252,13 @@ static void setup_leader(trainer_t *t) {
     mpr_value_t *msg = mpr_args_pack("Vllld", rms, t->start.step, t->start.epoch, t->start.step_in_epoch,
                                      t->start.wall_s);
     if (!msg) fatal(t, "sending the model");
+    if (t->resume) { /* the followers import their optimizer state from it */
+        void *buf = NULL;
+        size_t len = 0;
+        if (mpr_safetensors_encode(t->resume, &buf, &len) || mpr_value_list_append(msg, mpr_value_new_bytes(buf, len)))
+            fatal(t, "sending the checkpoint");
+        free(buf);
+    }
     for (int r = t->lay.leader_rank + 1; r < t->lay.world; r++) {
         mpr_value_t *none = NULL;
         if (mpr_rpc_sync(mpr_to_rank(r), SET_MODEL_FN, msg, MPR_TIMEOUT_DEFAULT, &none)) fatal(t, "sending the model");
@@ -223,9 +274,14 @@ static void setup_follower(trainer_t *t) {
     inbox = NULL;
     pthread_mutex_unlock(&inbox_lock);
     mpr_value_t *rms;
-    if (mpr_args_unpack(msg, "vllld", &rms, &t->start.step, &t->start.epoch, &t->start.step_in_epoch,
-                        &t->start.wall_s))
+    const void *ckpt = NULL;
+    size_t ckpt_len = 0;
+    if (mpr_args_unpack(msg, "vllld|y", &rms, &t->start.step, &t->start.epoch, &t->start.step_in_epoch,
+                        &t->start.wall_s, &ckpt, &ckpt_len))
         fatal(t, "receiving the model");
+    if (ckpt && !(t->resume = mpr_safetensors_decode(ckpt, ckpt_len, "the leader's checkpoint")))
+        fatal(t, "receiving the checkpoint");
+    snprintf(t->resume_from, sizeof t->resume_from, "the leader's checkpoint");
     if ((int)mpr_value_list_len(rms) != t->ngroups) fatal(t, "receiving the model");
     for (int g = 0; g < t->ngroups; g++)
         if (!(t->groups[g] = mpr_remote_module_from_value(mpr_value_list_get(rms, (size_t)g))))
@@ -302,6 +358,20 @@ static mpr_err_t checkpoint(void *app, const app_ckpt_state_t *st) {
             e = app_dict_add_tensors(d, "model.", 1, &name, &p);
         mpr_value_release(v);
     }
+    char prefix[64], ntrainers[24];
+    optim_prefix(0, prefix, sizeof prefix);
+    if (!e) e = mpr_dist_optimizer_state_export(t->opt, d, prefix);
+    for (int r = t->lay.leader_rank + 1; !e && r < t->lay.world; r++) { /* the others wait at this sync point */
+        mpr_value_t *v = NULL;
+        const void *buf;
+        size_t len;
+        if (!(e = mpr_rpc_sync(mpr_to_rank(r), OPTIM_STATE_FN, NULL, MPR_TIMEOUT_DEFAULT, &v)) &&
+            !(e = mpr_value_get_bytes(v, &buf, &len)))
+            e = app_dict_merge_encoded(d, buf, len, "a trainer's optimizer state");
+        mpr_value_release(v);
+    }
+    snprintf(ntrainers, sizeof ntrainers, "%d", t->lay.ntrainers);
+    if (!e) e = mpr_tensor_dict_set_meta(d, "ps_app.trainers", ntrainers);
     if (!e) e = mpr_tensor_dict_set_meta(d, "ps_app.model", t->cfg->model);
     if (!e) e = mpr_tensor_dict_set_meta(d, "ps_app.mode", "dist");
     if (!e) e = app_ckpt_save(t->cfg->common.checkpoint_dir, d, st, (int)t->cfg->keep);
@@ -321,7 +391,20 @@ static void run_trainer(const ps_config_t *cfg, const ps_layout_t *lay) {
     mpr_optim_options_t o;
     ps_optim_options(cfg, &o);
     if (!(t.opt = mpr_dist_optimizer_create(cfg->optimizer, &o, t.params, t.nparams))) fatal(&t, "optimizer");
+    if (t.resume) {
+        char prefix[64];
+        optim_prefix(lay->trainer, prefix, sizeof prefix);
+        if (mpr_dist_optimizer_state_import(t.opt, t.resume, prefix)) {
+            char what[600];
+            snprintf(what, sizeof what, "--resume: the optimizer state in %s", t.resume_from);
+            fatal(&t, what);
+        }
+        mpr_tensor_dict_destroy(t.resume);
+        t.resume = NULL;
+    }
+    this_trainer = &t;
     ps_train(cfg, lay, &t.data, &t.start, "dist", &(ps_loop_ops_t){train_step, evaluate, checkpoint}, &t);
+    this_trainer = NULL;
     mpr_dist_optimizer_destroy(t.opt);
     for (int i = 0; i < t.nparams; i++) mpr_rref_release(t.params[i]);
     free(t.params);
@@ -334,21 +417,13 @@ static void run_trainer(const ps_config_t *cfg, const ps_layout_t *lay) {
 int main(int argc, char **argv) {
     ps_config_t cfg;
     ps_config_parse(argc, argv, summary, &cfg);
-    if (cfg.common.checkpoint_dir && ps_optim_has_state(&cfg)) {
-        if (app_launch_rank() == 0)
-            fprintf(stderr,
-                    "param_server: option --checkpoint-dir: the state of --optimizer %s%s lives in the "
-                    "DistributedOptimizer on the servers and cannot be saved; use plain sgd here, or batch_ps "
-                    "(try --help)\n",
-                    cfg.optimizer, cfg.momentum > 0 ? " with --momentum" : "");
-        return 2;
-    }
     if (app_fmnist_check(cfg.common.data_dir)) { /* every rank stops, before MPI starts */
         if (app_launch_rank() == 0) fprintf(stderr, "param_server: %s\n", mpr_last_error());
         return 1;
     }
     mpr_blas_set_num_threads(1); /* one BLAS thread per rank, as the anchor's torch.set_num_threads(1) */
     if (mpr_register_module_kind(GROUP_KIND, make_group, NULL) || mpr_register_function(ASSIGN_FN, assign_fn, NULL) ||
+        mpr_register_function(OPTIM_STATE_FN, optim_state_fn, NULL) ||
         mpr_register_function(SET_MODEL_FN, set_model_fn, NULL) || app_sync_register()) {
         fprintf(stderr, "param_server: %s\n", mpr_last_error());
         return 1;

@@ -48,7 +48,6 @@ void ps_optim_options(const ps_config_t *cfg, mpr_optim_options_t *o) {
     if (!strcmp(cfg->optimizer, "sgd") || !strcmp(cfg->optimizer, "rmsprop")) o->momentum = cfg->momentum;
 }
 
-bool ps_optim_has_state(const ps_config_t *cfg) { return strcmp(cfg->optimizer, "sgd") != 0 || cfg->momentum > 0; }
 
 void ps_worker_name(int rank, int nps, char *buf, size_t cap) {
     if (rank < nps)

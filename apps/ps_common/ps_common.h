@@ -29,8 +29,6 @@ void ps_config_parse(int argc, char **argv, const char *summary, ps_config_t *cf
 /* The optimizer's options from cfg (PyTorch's defaults, then lr, momentum,
  * weight decay where the kind has them). */
 void ps_optim_options(const ps_config_t *cfg, mpr_optim_options_t *o);
-/* Whether the optimizer keeps state between steps (momentum, moments...). */
-bool ps_optim_has_state(const ps_config_t *cfg);
 
 typedef struct ps_layout {
     int rank, world, nps, ntrainers;
