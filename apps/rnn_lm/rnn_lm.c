@@ -97,12 +97,12 @@ static mpr_err_t evaluate(const run_config_t *rc, model_t *model, mpr_tensor_t *
 }
 
 /* ---- checkpoints: every parameter ("model.<name>"), the hidden state
- * ("state.h", "state.c") and the run state; the ps rebuilds its modules
- * from the same file on --resume. Optimizer state is not saved: the
- * DistributedOptimizer keeps it on the owners with no export (SGD without
- * momentum has none; Adam's moments restart). ---- */
-static mpr_err_t save_checkpoint(const run_config_t *rc, model_t *model, mpr_tensor_t *h, mpr_tensor_t *c,
-                                 const app_ckpt_state_t *st) {
+ * ("state.h", "state.c"), the DistributedOptimizer's state gathered from
+ * the parameters' owners ("optim.") and the run state; the ps rebuilds its
+ * modules from the same file on --resume, then the optimizer state is
+ * imported, so Adam continues exactly. ---- */
+static mpr_err_t save_checkpoint(const run_config_t *rc, model_t *model, mpr_dist_optimizer_t *opt, mpr_tensor_t *h,
+                                 mpr_tensor_t *c, const app_ckpt_state_t *st) {
     mpr_tensor_t **values = NULL;
     int n = 0, nn;
     const char *const *names = model_parameter_names(model, &nn);
@@ -111,6 +111,7 @@ static mpr_err_t save_checkpoint(const run_config_t *rc, model_t *model, mpr_ten
     if (!e) e = app_dict_add_tensors(d, "model.", n, names, values);
     if (!e) e = mpr_tensor_dict_set(d, "state.h", h);
     if (!e) e = mpr_tensor_dict_set(d, "state.c", c);
+    if (!e) e = mpr_dist_optimizer_state_export(opt, d, "optim.");
     if (!e) e = app_ckpt_save(rc->common.checkpoint_dir, d, st, 2);
     for (int i = 0; i < n; i++) mpr_tensor_release(values[i]);
     free(values);
@@ -149,6 +150,15 @@ static mpr_err_t load_checkpoint(const run_config_t *rc, train_state_t *ts) {
                (long long)ts->st.epoch + 1, (long long)ts->st.step_in_epoch);
     }
     mpr_tensor_dict_destroy(d);
+    return e;
+}
+
+/* --resume: the optimizer state of checkpoint `path` into `opt`. */
+static mpr_err_t load_optimizer_state(mpr_dist_optimizer_t *opt, const char *path) {
+    mpr_tensor_dict_t *d = mpr_safetensors_load(path);
+    mpr_err_t e = d ? mpr_dist_optimizer_state_import(opt, d, "optim.") : mpr_last_error_code();
+    mpr_tensor_dict_destroy(d);
+    if (e) mpr_error_set(e, "--resume: the optimizer state in '%s': %s", path, mpr_last_error());
     return e;
 }
 
@@ -256,6 +266,7 @@ static int run_trainer(run_config_t *rc) {
     model_t *model = status ? NULL : model_create(&mc);
     mpr_dist_optimizer_t *opt = model ? make_optimizer(rc, model) : NULL;
     if (!status && !opt) status = fail("building the model");
+    if (!status && ts.ckpt_path && load_optimizer_state(opt, ts.ckpt_path)) status = fail("resuming");
     int64_t rows = mpr_tensor_shape(train)[0], per_epoch = (rows - 1 + rc->bptt - 1) / rc->bptt;
     if (!ts.h) ts.h = zeros_state(rc, rc->batch), ts.c = zeros_state(rc, rc->batch);
     static const char *extra[] = {"valid_loss", "valid_ppl", "unigram_ppl"};
@@ -288,7 +299,7 @@ static int run_trainer(run_config_t *rc) {
             ts.st.wall_s = wall, ts.st.epoch = epoch, ts.st.seed = (uint64_t)rc->common.seed;
             if (rc->common.checkpoint_dir && rc->common.checkpoint_every > 0 &&
                 ts.st.step % rc->common.checkpoint_every == 0 && b + 1 < per_epoch &&
-                save_checkpoint(rc, model, ts.h, ts.c, &ts.st))
+                save_checkpoint(rc, model, opt, ts.h, ts.c, &ts.st))
                 status = fail("checkpoint");
         }
         if (status) break;
@@ -309,7 +320,7 @@ static int run_trainer(run_config_t *rc) {
         /* a new epoch starts from a zero state, as word_language_model's */
         mpr_tensor_release(ts.h), mpr_tensor_release(ts.c);
         ts.h = zeros_state(rc, rc->batch), ts.c = zeros_state(rc, rc->batch);
-        if (!status && rc->common.checkpoint_dir && save_checkpoint(rc, model, ts.h, ts.c, &ts.st))
+        if (!status && rc->common.checkpoint_dir && save_checkpoint(rc, model, opt, ts.h, ts.c, &ts.st))
             status = fail("checkpoint");
     }
     app_progress_finish(bar);
