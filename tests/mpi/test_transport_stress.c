@@ -32,10 +32,10 @@
 #define DEADLINE_SLACK_MS 50.0
 /* A loaded machine (2 shared cores, other jobs) can deschedule any thread
  * for a while: a scheduler-noise thread measures the longest oversleep of a
- * 1 ms nanosleep during the run, and the deadline bound is checked as
- * LATE_LIMIT_MS beyond that noise. (The bug this guards against was
- * seconds: a 3 ms timeout reported after 2.46 s.) */
-#define LATE_LIMIT_MS 500.0 /* asserted: a stall or hang shows as seconds */
+ * 1 ms nanosleep during the run, and the timeouts shape's bound is checked
+ * as DEADLINE_SLACK_MS beyond twice that noise. (The bug this guards
+ * against was seconds: a 3 ms timeout reported after 2.46 s.) */
+#define LATE_LIMIT_MS 500.0 /* the stop shape's calls: a stall or hang shows as seconds */
 
 static int rank, size;
 static double run_s;
@@ -262,11 +262,16 @@ static void run_timeouts(void) {
                now_s() - t0, atomic_load(&calls_done), atomic_load(&timeouts_seen), atomic_load(&results_seen),
                atomic_load(&worst_overrun_ms), atomic_load(&late_calls), atomic_load(&worst_oversleep_ms),
                DEADLINE_SLACK_MS);
-        /* Most calls keep the 50 ms bound (calls_over_50ms says how many did
-         * not); on a machine loaded by other jobs a few were seen 100-230 ms
-         * late with 20-70 ms of measured scheduler noise, so CI asserts the
-         * looser limit, which still catches the stalls of seconds. */
-        CHECK(atomic_load(&worst_overrun_ms) <= LATE_LIMIT_MS + atomic_load(&worst_oversleep_ms));
+        /* Issue #10's bound: every timeout fires within 50 ms of its deadline
+         * beyond what the scheduler itself imposed on this run (twice the
+         * longest oversleep the noise thread measured: the timer thread and
+         * the caller can each be descheduled once). Measured at load 9-10 on
+         * 2 cores: worst 6-22 ms with 9-17 ms of noise, normal and ASan. */
+        double limit_ms = DEADLINE_SLACK_MS + 2 * atomic_load(&worst_oversleep_ms);
+        if (atomic_load(&worst_overrun_ms) > limit_ms)
+            fprintf(stderr, "a timeout fired %.1f ms after its deadline (limit %.1f ms)\n",
+                    atomic_load(&worst_overrun_ms), limit_ms);
+        CHECK(atomic_load(&worst_overrun_ms) <= limit_ms);
     }
     mpitest_barrier();
 }
