@@ -5,7 +5,9 @@
  * model trained locally; a RemoteModule sent to another worker as a value
  * is used there; train/eval reach the owner; creating modules does not wait
  * for their constructors; misuse (unknown kind, bad
- * device string, unknown worker) gives clear errors naming the owner. */
+ * device string, unknown worker) gives clear errors naming the owner; a
+ * module stays usable by any worker holding it after its creator released
+ * its handle, and a handle kept past mpr_shutdown fails cleanly. */
 #include <math.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -236,6 +238,34 @@ static void test_misuse(void) {
     mpr_tensor_release(x);
 }
 
+/* The creator sends the module to worker2 and destroys its own handle at
+ * once: worker2's copy keeps the module alive (the RRef protocol), and its
+ * forward equals the module's, computed locally from the same seed. */
+static void test_forward_after_creator_released(void) {
+    if (me != 0) return;
+    mpr_value_t *a = linear_args(12, 4, 77);
+    mpr_remote_module_t *rm = mpr_remote_module_create("worker1/cpu", "linear", a);
+    mpr_value_release(a);
+    CHECK(rm != NULL);
+    mpr_value_t *v = mpr_value_new_remote_module(rm);
+    mpr_remote_module_destroy(rm); /* released before anyone used it */
+    mpr_tensor_t *x = input();
+    mpr_value_t *r = NULL;
+    CHECK_OK(mpr_rpc_sync_take(mpr_to_name("worker2"), "use_module",
+                               mpr_value_list_of(2, v, mpr_value_new_tensor(x)), 60, &r));
+    mpr_tensor_t *y;
+    CHECK_OK(mpr_value_get_tensor(r, &y));
+    a = linear_args(12, 4, 77);
+    mpr_module_t *local = make_linear(a, -1, NULL);
+    mpr_value_release(a);
+    mpr_tensor_t *want = mpr_module_forward(local, x);
+    check_close(y, want, "forward through a released creator's module");
+    mpr_tensor_release(want);
+    mpr_module_destroy(local);
+    mpr_value_release(r);
+    mpr_tensor_release(x);
+}
+
 int main(int argc, char **argv) {
     CHECK_OK(mpr_register_module_kind("linear", make_linear, NULL));
     CHECK_OK(mpr_register_module_kind("gated_linear", make_gated_linear, NULL));
@@ -250,7 +280,26 @@ int main(int argc, char **argv) {
     RUN_TEST(test_train_two_remote_layers);
     RUN_TEST(test_creation_does_not_wait);
     RUN_TEST(test_misuse);
+    RUN_TEST(test_forward_after_creator_released);
+    /* a handle kept past shutdown: forward fails with a clear error, destroy is safe */
+    mpr_remote_module_t *kept = NULL;
+    if (me == 0) {
+        mpr_value_t *a = linear_args(12, 4, 5);
+        kept = mpr_remote_module_create("worker1/cpu", "linear", a);
+        mpr_value_release(a);
+        CHECK(kept != NULL);
+    }
     CHECK_OK(mpr_shutdown(true));
+    if (kept) {
+        mpr_tensor_t *x = input(), *y = NULL;
+        CHECK(mpr_remote_module_forward(kept, x, &y) == MPR_ERR_SHUTDOWN);
+        CHECK(y == NULL);
+        mpr_future_t *f = mpr_remote_module_forward_async(kept, x);
+        CHECK(f != NULL && mpr_future_done(f) && mpr_future_error(f) == MPR_ERR_SHUTDOWN);
+        mpr_future_release(f);
+        mpr_remote_module_destroy(kept);
+        mpr_tensor_release(x);
+    }
     MPITEST_REPORT();
     return 0;
 }
