@@ -18,9 +18,12 @@
 
 #include "mpri_assert.h"
 #include "mpri_error.h"
+#include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
+#include "mpri_trace.h"
+#include "mpirpc/tensor.h"
 
 typedef struct {
     mpri_msg_handler_t fn;
@@ -82,14 +85,70 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
     }
 }
 
+/* Run `fn` on request `msg` (which it consumes); traced: the run as a slice. */
+static void run_handler(mpri_msg_handler_t fn, mpri_msg_t *msg) {
+    if (!mpri_observing(MPRI_OBSERVE_TRACE)) {
+        fn(msg);
+        return;
+    }
+    mpri_wire_header_t h = msg->hdr;
+    int src = msg->src;
+    uint64_t bytes = msg->wire_bytes;
+    int64_t t0 = mpri_now_ns();
+    fn(msg);
+    mpri_trace_msg(MPRI_TEV_HANDLER, t0, mpri_now_ns() - t0, h.kind, h.flags, h.request_id, h.function_id, src,
+                   bytes);
+}
+
 static void run_handler_task(void *arg) {
     mpri_msg_t *msg = arg;
-    handlers[msg->hdr.kind].fn(msg);
+    run_handler(handlers[msg->hdr.kind].fn, msg);
+}
+
+/* Tracing/statistics on: note a complete incoming message (its time and
+ * bytes on the message; a request's receipt as an instant). */
+static void observe_incoming(mpri_msg_t *msg) {
+    msg->recv_ns = mpri_now_ns();
+    uint64_t bytes = msg->len;
+    for (uint32_t i = 0; msg->tensors && i < msg->hdr.tensor_count; i++)
+        bytes += msg->tensors[i] ? mpr_tensor_nbytes(msg->tensors[i]) : 0;
+    msg->wire_bytes = bytes;
+    if (mpri_observing(MPRI_OBSERVE_STATS)) mpri_stats_peer_received(msg->src, bytes);
+    if (!(msg->hdr.flags & MPRI_FLAG_RESPONSE) && mpri_observing(MPRI_OBSERVE_TRACE))
+        mpri_trace_msg(MPRI_TEV_RECV, msg->recv_ns, 0, msg->hdr.kind, msg->hdr.flags, msg->hdr.request_id,
+                       msg->hdr.function_id, msg->src, bytes);
+}
+
+/* Tracing/statistics on: a reply completes its future, timed (trace) and
+ * counted against its call (statistics). */
+static void complete_observed(mpri_msg_t *msg) {
+    uint64_t fn = 0;
+    int64_t started = 0;
+    mpr_future_t *f = mpri_pending_take_call(msg->hdr.request_id, &fn, &started);
+    if (!f) return; /* a late reply to a request that timed out */
+    int64_t t0 = mpri_now_ns();
+    complete_from_reply(f, msg);
+    mpr_future_release(f);
+    int64_t t1 = mpri_now_ns();
+    if (mpri_observing(MPRI_OBSERVE_TRACE))
+        mpri_trace_msg(MPRI_TEV_REPLY_IN, t0, t1 - t0, msg->hdr.kind, msg->hdr.flags, msg->hdr.request_id, fn,
+                       msg->src, msg->wire_bytes);
+    if (fn && mpri_observing(MPRI_OBSERVE_STATS))
+        mpri_stats_call_done(fn, started ? msg->recv_ns - started : -1, msg->wire_bytes,
+                             (msg->hdr.flags & MPRI_FLAG_ERROR) != 0, false);
 }
 
 static void drop_handler_task(void *arg) { mpri_msg_done(arg); }
 
 void mpri_dispatch(mpri_msg_t *msg) {
+    if (mpri_observing(MPRI_OBSERVE_TRACE | MPRI_OBSERVE_STATS)) {
+        observe_incoming(msg);
+        if (msg->hdr.flags & MPRI_FLAG_RESPONSE) {
+            complete_observed(msg);
+            mpri_msg_done(msg);
+            return;
+        }
+    }
     if (msg->hdr.flags & MPRI_FLAG_RESPONSE) {
         mpr_future_t *f = mpri_pending_take(msg->hdr.request_id);
         if (f) { /* else: a late reply to a request that timed out */
@@ -110,7 +169,7 @@ void mpri_dispatch(mpri_msg_t *msg) {
         return;
     }
     if (h.run_inline) {
-        h.fn(msg);
+        run_handler(h.fn, msg);
         return;
     }
     if (mpri_pool_submit(run_handler_task, drop_handler_task, msg) != MPR_OK) {

@@ -123,6 +123,8 @@ typedef struct mpri_msg {
     int nreqs;
     struct mpri_batch_scratch *plan; /* the batch plan, from validation until the receives are posted */
     int post_error;                  /* an MPI error posting a receive (progress.c) */
+    int64_t recv_ns;     /* tracing/statistics on: when it was dispatched (else 0) */
+    uint64_t wire_bytes; /* tracing/statistics on: its bytes, tensor data included */
     struct mpri_msg *next;
 } mpri_msg_t;
 
@@ -176,8 +178,15 @@ mpr_err_t mpri_reply_future_error(const mpri_msg_t *req, const mpr_future_t *f);
 /* ---- pending requests (pending.c) ---- */
 mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,
                            const char *label);
+/* The same for a call of function `function_id` (0: none), whose timeout or
+ * reply the statistics count. */
+mpr_err_t mpri_pending_add_call(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst, const char *label,
+                                uint64_t function_id);
 /* Remove and return the future (its reference passes to the caller), or NULL. */
 mpr_future_t *mpri_pending_take(uint64_t id);
+/* The same, and the request's function id (0 if none) and the time it was
+ * added (0 unless it had a deadline or statistics/tracing were on). */
+mpr_future_t *mpri_pending_take_call(uint64_t id, uint64_t *function_id, int64_t *started_ns);
 void mpri_pending_expire(int64_t now_ns);
 /* The timer thread that expires deadlines on time, whoever holds the poll
  * lock (started and stopped with the progress thread). */

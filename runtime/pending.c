@@ -23,6 +23,7 @@
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_runtime.h"
+#include "mpri_trace.h"
 
 #define NBUCKETS 4096
 
@@ -31,6 +32,7 @@ typedef struct entry {
     mpr_future_t *future;
     int64_t deadline_ns;
     int64_t started_ns;
+    uint64_t function_id; /* statistics: the call's function, or 0 */
     int dst;
     char label[64];
     struct entry *next;
@@ -57,6 +59,13 @@ long mpri_pending_count(void) {
 
 mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,
                            const char *label) {
+    return mpri_pending_add_call(id, f, deadline_ns, dst, label, 0);
+}
+
+mpr_err_t mpri_pending_add_call(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst, const char *label,
+                                uint64_t function_id) {
+    bool observed = mpri_observing(MPRI_OBSERVE_TRACE | MPRI_OBSERVE_STATS);
+    int64_t now = deadline_ns || observed ? mpri_now_ns() : 0;
     pthread_mutex_lock(&table.lock);
     entry_t *e = table.free_list;
     if (e)
@@ -68,7 +77,8 @@ mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, in
     e->id = id;
     e->future = f;
     e->deadline_ns = deadline_ns;
-    e->started_ns = deadline_ns ? mpri_now_ns() : 0;
+    e->started_ns = now;
+    e->function_id = function_id;
     e->dst = dst;
     snprintf(e->label, sizeof e->label, "%s", label ? label : "request");
     entry_t **b = &table.buckets[id % NBUCKETS];
@@ -106,12 +116,16 @@ static void recycle_locked(entry_t *e) {
     table.free_list = e;
 }
 
-mpr_future_t *mpri_pending_take(uint64_t id) {
+mpr_future_t *mpri_pending_take(uint64_t id) { return mpri_pending_take_call(id, NULL, NULL); }
+
+mpr_future_t *mpri_pending_take_call(uint64_t id, uint64_t *function_id, int64_t *started_ns) {
     pthread_mutex_lock(&table.lock);
     for (entry_t **link = &table.buckets[id % NBUCKETS]; *link; link = &(*link)->next) {
         if ((*link)->id != id) continue;
         entry_t *e = unlink_locked(link);
         mpr_future_t *f = e->future;
+        if (function_id) *function_id = e->function_id;
+        if (started_ns) *started_ns = e->started_ns;
         recycle_locked(e);
         pthread_mutex_unlock(&table.lock);
         return f;
@@ -153,6 +167,10 @@ void mpri_pending_expire(int64_t now_ns) {
         const char *peer = mpri_rt.workers ? mpri_rt.workers[e->dst].name : "?";
         snprintf(text, sizeof text, "%s to %s (rank %d) timed out after %.3f s", e->label, peer,
                  e->dst, (double)(e->deadline_ns - e->started_ns) / 1e9);
+        if (mpri_observing(MPRI_OBSERVE_TRACE))
+            mpri_trace_msg(MPRI_TEV_TIMEOUT, now_ns, 0, MPRI_MSG_CALL, 0, e->id, e->function_id, e->dst, 0);
+        if (e->function_id && mpri_observing(MPRI_OBSERVE_STATS))
+            mpri_stats_call_done(e->function_id, -1, 0, true, true);
         mpri_future_complete(e->future, MPR_ERR_TIMEOUT, text, NULL);
         mpr_future_release(e->future);
         pthread_mutex_lock(&table.lock);
@@ -204,6 +222,7 @@ void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message) {
         char text[512];
         snprintf(text, sizeof text, "%s to %s (rank %d) failed: %s", e->label,
                  mpri_rt.workers ? mpri_rt.workers[dst].name : "?", dst, message);
+        if (e->function_id && mpri_observing(MPRI_OBSERVE_STATS)) mpri_stats_call_done(e->function_id, -1, 0, true, false);
         mpri_future_complete(e->future, code, text, NULL);
         mpr_future_release(e->future);
         pthread_mutex_lock(&table.lock);
@@ -217,6 +236,7 @@ void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message) {
 #define TIMER_IDLE_NS 1000000000LL /* re-check at least once a second */
 
 static void *timer_main(void *unused) {
+    mpri_trace_name_thread("deadline timer");
     pthread_mutex_lock(&table.lock);
     while (!table.timer_stop) {
         int64_t now = mpri_now_ns();

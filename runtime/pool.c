@@ -12,9 +12,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "mpri_event.h"
+#include "mpri_trace.h"
 
 typedef struct {
     mpri_task_fn_t fn, drop;
@@ -111,8 +113,13 @@ static void idle_spin(void) {
     }
 }
 
+static atomic_int next_worker_index;
+
 static void *worker_main(void *unused) {
     is_pool_thread = true;
+    char name[32];
+    snprintf(name, sizeof name, "pool %d", atomic_fetch_add(&next_worker_index, 1));
+    mpri_trace_name_thread(name);
     for (;;) {
         idle_spin();
         task_t t;
@@ -158,6 +165,7 @@ mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg) {
 }
 
 mpr_err_t mpri_pool_start(int nthreads) {
+    atomic_store(&next_worker_index, 0);
     atomic_store(&pool.stopping, false);
     pool.threads = calloc((size_t)nthreads, sizeof *pool.threads);
     if (!pool.threads) return mpr_error_set(MPR_ERR_NOMEM, "worker pool: out of memory");

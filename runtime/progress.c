@@ -54,6 +54,7 @@
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor_batches.h"
+#include "mpri_trace.h"
 
 /* The data messages of a rejected message, still to be received and
  * discarded (at most `left` more, until `give_up_ns`). */
@@ -430,6 +431,7 @@ static void bind_progress_thread(pthread_t thread) {
 #define IDLE_SLEEP_MAX_NS 1000000
 
 static void *progress_main(void *unused) {
+    mpri_trace_name_thread("progress");
     in_progress_context = true;
     is_progress_thread = true;
     int64_t idle_since = mpri_now_ns();

@@ -10,6 +10,7 @@
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_runtime.h"
+#include "mpri_trace.h"
 
 mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const char *label) {
     mpr_future_t *f = mpr_future_create();
@@ -23,14 +24,17 @@ mpr_future_t *mpri_request(int dst, mpri_outmsg_t *m, double timeout_s, const ch
     m->hdr.flags |= MPRI_FLAG_EXPECTS_REPLY;
     if (timeout_s < 0) timeout_s = mpri_rt.default_timeout_s;
     int64_t deadline = timeout_s > 0 ? mpri_now_ns() + (int64_t)(timeout_s * 1e9) : 0;
-    mpr_err_t e = mpri_pending_add(id, mpr_future_retain(f), deadline, dst, label);
+    uint64_t fn = m->hdr.function_id;
+    mpr_err_t e = mpri_pending_add_call(id, mpr_future_retain(f), deadline, dst, label, fn);
     if (e) {
         mpr_future_release(f); /* the reference meant for the table */
         mpri_outmsg_fini(m);
         mpri_future_complete(f, e, mpr_last_error(), NULL);
         return f;
     }
+    uint64_t bytes_out = m->wire.len + m->tensors.total_bytes;
     e = mpri_send_until(dst, m, deadline);
+    if (e == MPR_OK && fn && mpri_observing(MPRI_OBSERVE_STATS)) mpri_stats_call_sent(fn, label, bytes_out);
     /* The caller drains what has arrived (one try, no waiting): with calls
      * in flight, replies are received by the thread that issues the calls
      * instead of a second thread per rank competing for the cores and for

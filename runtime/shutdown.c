@@ -41,8 +41,10 @@
  *     user RRef: USER_DELETEs leave now) --> DRAINING
  *   DRAINING: the same rounds again until quiescent again: every delete and
  *     its ack has been processed everywhere. --> DONE
- *   DONE: stop locally (below), free the communicators, finalize MPI if
- *     mpirpc initialized it.
+ *   DONE: tracing and statistics finish (mpri_observe_finish, collective on
+ *     their own communicator: the trace file, the MPIRPC_STATS tables), stop
+ *     locally (below), free the communicators, finalize MPI if mpirpc
+ *     initialized it.
  *   TIMED_OUT: a round was not complete by the deadline (a live rank did not
  *     call mpr_shutdown, or never went quiet): stop locally, keep the
  *     communicators (a late peer may still send its report) and do not
@@ -76,6 +78,7 @@
 #include "mpri_host_alloc.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
+#include "mpri_trace.h"
 
 double mpri_shutdown_timeout_s = 0.0; /* no limit, as PyTorch's DEFAULT_SHUTDOWN_TIMEOUT */
 
@@ -395,6 +398,7 @@ static void stop_local(int from, bool free_comms) {
     mpri_progress_stop();
     mpri_pool_stop();
     mpri_run_after_stop_hooks();
+    mpri_observe_release(free_comms);
     if (free_comms) {
         MPI_Comm_free(&mpri_rt.comm);
         MPI_Comm_free(&mpri_rt.ctrl_comm);
@@ -431,6 +435,7 @@ static mpr_err_t graceful(void) {
         mpri_run_quiescent_hooks();
         err = rounds_until_quiescent(deadline);
     }
+    if (!err) mpri_observe_finish(); /* every live rank is DONE: write the trace, print statistics */
     set_phase(err ? PHASE_TIMED_OUT : PHASE_DONE);
     check_rounds();
     return err;

@@ -34,6 +34,7 @@
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
 #include "mpri_tensor_batches.h"
+#include "mpri_trace.h"
 
 const char *mpri_mpi_error_string(int code, char *buf, int len) {
     int n = 0;
@@ -340,7 +341,30 @@ mpr_err_t mpri_send(int dst, mpri_outmsg_t *m) {
     return mpri_send_until(dst, m, give_up);
 }
 
+static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns);
+
+/* Tracing/statistics on: the send, timed and counted (the header as it
+ * leaves: kind, flags, ids; bytes: body and tensor data). */
+static mpr_err_t send_observed(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
+    mpri_wire_header_t h = m->hdr;
+    uint64_t bytes = m->wire.len + m->tensors.total_bytes;
+    int64_t t0 = mpri_now_ns();
+    mpr_err_t e = send_until(dst, m, give_up_ns);
+    if (e == MPR_OK) {
+        if (mpri_observing(MPRI_OBSERVE_TRACE))
+            mpri_trace_msg(MPRI_TEV_SEND, t0, mpri_now_ns() - t0, h.kind, h.flags, h.request_id, h.function_id, dst,
+                           bytes);
+        if (mpri_observing(MPRI_OBSERVE_STATS)) mpri_stats_peer_sent(dst, bytes);
+    }
+    return e;
+}
+
 mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
+    if (mpri_observing(MPRI_OBSERVE_TRACE | MPRI_OBSERVE_STATS)) return send_observed(dst, m, give_up_ns);
+    return send_until(dst, m, give_up_ns);
+}
+
+static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     if (m->wire.failed) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory while encoding");
@@ -435,6 +459,13 @@ mpr_err_t mpri_send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
 
 /* Error reply body: u32 code, blob text, and for a remote failure with a
  * known origin its extension (mpri_error.h). */
+/* Statistics on: request `req` served, its reply `m` about to leave. */
+static void count_served(const mpri_msg_t *req, const mpri_outmsg_t *m, bool error) {
+    if (req->recv_ns && req->hdr.function_id)
+        mpri_stats_serve_done(req->hdr.function_id, mpri_now_ns() - req->recv_ns, req->wire_bytes,
+                              m->wire.len + m->tensors.total_bytes, error);
+}
+
 static mpr_err_t reply_error_body(mpri_outmsg_t *m, const mpri_msg_t *req, mpr_err_t code,
                                   const char *message, const mpri_remote_error_t *re) {
     m->hdr.flags = MPRI_FLAG_RESPONSE | MPRI_FLAG_ERROR;
@@ -442,6 +473,7 @@ static mpr_err_t reply_error_body(mpri_outmsg_t *m, const mpri_msg_t *req, mpr_e
     mpri_buf_put_u32(&m->wire, (uint32_t)code);
     mpri_buf_put_blob(&m->wire, message, strlen(message));
     if (re && code == MPR_ERR_REMOTE) mpri_remote_error_write(&m->wire, re);
+    if (mpri_observing(MPRI_OBSERVE_STATS)) count_served(req, m, true);
     return mpri_send(req->src, m);
 }
 
@@ -479,5 +511,6 @@ mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_va
         return mpri_reply_error(req, e, text);
     }
     if (stamp) stamp(&m, arg);
+    if (mpri_observing(MPRI_OBSERVE_STATS)) count_served(req, &m, false);
     return mpri_send(req->src, &m);
 }

@@ -22,6 +22,7 @@
 #include "mpri_assert.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
+#include "mpri_trace.h"
 
 mpri_runtime_t mpri_rt;
 static struct {
@@ -263,6 +264,8 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     atomic_store(&mpri_rt.next_request_id, 1);
     mpri_shutdown_timeout_s = opts.shutdown_timeout_s;
     if ((e = mpri_shutdown_prepare())) goto fail;
+    mpri_trace_name_thread("main"); /* the thread that called mpr_init */
+    mpri_observe_init(mpri_rt.comm); /* collective, before the threads start; never fails the init */
     atomic_store(&mpri_rt.state, MPRI_RUNNING);
     if ((e = mpri_pool_start(mpri_rt.num_worker_threads))) goto fail_running;
     if ((e = mpri_progress_start())) {
@@ -273,6 +276,7 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
 
 fail_running:
     atomic_store(&mpri_rt.state, MPRI_UNINIT);
+    mpri_observe_release(true);
 fail:
     free(mpri_rt.workers);
     mpri_rt.workers = NULL;

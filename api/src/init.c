@@ -30,6 +30,7 @@
 
 #include "mpri_call.h"
 #include "mpri_init.h"
+#include "mpri_registry.h"
 #include "mpri_rref.h"
 #include "mpri_rref_proto.h"
 #include "mpri_runtime.h"
@@ -46,6 +47,7 @@ static const struct {
     {"object values", install_object_kind},
     {"RRef context hooks", mpri_rref_context_install},
     {"RRef values and control handlers", mpri_rref_proto_install},
+    {"function names for traces and statistics", mpri_registry_install_namer},
     {"CALL handler", mpri_call_install},
     {"REMOTE_CALL handler", mpri_remote_call_install},
 };

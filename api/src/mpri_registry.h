@@ -28,6 +28,10 @@ struct mpr_call_ctx {
 
 #define MPRI_MAX_FUNCTION_NAME 255
 
+/* Let traces and statistics (runtime/mpri_trace.h) name function ids by
+ * their registrations (mpri_api_init). */
+mpr_err_t mpri_registry_install_namer(void);
+
 struct mpri_outmsg;
 
 /* Start a call message of `kind` (CALL or REMOTE_CALL) to `fn`: checks the

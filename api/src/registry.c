@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_trace.h"
 #include "mpri_wire.h"
 
 static struct {
@@ -30,6 +31,16 @@ const mpri_function_t *mpri_registry_find(uint64_t id) {
     const mpri_function_t *f = find_locked(id);
     pthread_rwlock_unlock(&registry.lock);
     return f;
+}
+
+static const char *function_name(uint64_t id) {
+    const mpri_function_t *f = mpri_registry_find(id);
+    return f ? f->name : NULL;
+}
+
+mpr_err_t mpri_registry_install_namer(void) {
+    mpri_observe_set_function_namer(function_name);
+    return MPR_OK;
 }
 
 const mpri_function_t *mpri_registry_find_named(uint64_t id, const char *name) {

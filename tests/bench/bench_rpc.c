@@ -1,6 +1,6 @@
 /* bench_rpc.c — RPC runtime benchmark, printing one JSON object per line.
  *
- * Run: mpirun -np 2 ./bench_rpc [--quick] [--lists]
+ * Run: mpirun -np 2 ./bench_rpc [--quick] [--lists | --rpc]
  * In one run, on the same pair of ranks: raw MPI ping-pong (8 B) and echo
  * (1 KiB .. 64 MiB) measured before mpirpc starts, then rpc_sync no-op round
  * trips (median, p99), pipelined rpc_async throughput, tensor echo round trips
@@ -10,7 +10,9 @@
  * of torchvision's resnet18(), listed below) next to a raw MPI echo of their
  * total bytes, the idle CPU of each rank over 2 s, and the ratios of mpirpc
  * to raw MPI. Rank 0 prints. --lists runs only the list and model lines
- * (tests/bench/param_echo_vs_torch.sh alternates them with PyTorch's RPC). */
+ * (tests/bench/param_echo_vs_torch.sh alternates them with PyTorch's RPC);
+ * --rpc only the MPI ping-pong, rpc_sync no-op and pipelined lines
+ * (tests/bench/trace_cost.sh alternates them with tracing off and on). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,10 +151,11 @@ static double cpu_seconds(void) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, lists_only = 0;
+    int quick = 0, lists_only = 0, rpc_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--lists") == 0) lists_only = 1;
+        else if (strcmp(argv[i], "--rpc") == 0) rpc_only = 1;
     }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -182,15 +185,15 @@ int main(int argc, char **argv) {
     double mpi_pp = 0;
     if (!lists_only) {
         mpi_pp = mpi_round_trip(buf, 8, quick ? 2000 : 20000);
-        for (int s = 0; s < NSIZES; s++)
+        for (int s = 0; !rpc_only && s < NSIZES; s++)
             mpi_echo_s[s] = mpi_round_trip(buf, sizes[s], sizes[s] <= (1 << 20) ? (quick ? 50 : 500) : (quick ? 3 : 20));
     }
-    for (int l = 0; l < NLISTS; l++)
+    for (int l = 0; !rpc_only && l < NLISTS; l++)
         mpi_list_s[l] = mpi_round_trip(buf, list_counts[l] * list_bytes[l], quick ? 50 : 500);
-    double mpi_model_s = mpi_round_trip(buf, (int)model_bytes, model_reps);
+    double mpi_model_s = rpc_only ? 0 : mpi_round_trip(buf, (int)model_bytes, model_reps);
     if (rank == 0 && !lists_only) {
         printf("{\"name\":\"mpi_pingpong\",\"bytes\":8,\"median_us\":%.3f}\n", mpi_pp * 1e6);
-        for (int s = 0; s < NSIZES; s++)
+        for (int s = 0; !rpc_only && s < NSIZES; s++)
             printf("{\"name\":\"mpi_echo\",\"bytes\":%d,\"median_us\":%.3f,\"gbps\":%.3f}\n", sizes[s],
                    mpi_echo_s[s] * 1e6, 2.0 * sizes[s] / mpi_echo_s[s] / 1e9);
         fflush(stdout);
@@ -245,7 +248,7 @@ int main(int argc, char **argv) {
         printf("{\"name\":\"rpc_async_pipelined\",\"calls_per_s\":%.0f,\"window\":%d}\n", calls_per_s, window);
         fflush(stdout);
 
-        for (int s = 0; s < NSIZES; s++) {
+        for (int s = 0; !rpc_only && s < NSIZES; s++) {
             int64_t shape[1] = {sizes[s] / 4};
             mpr_tensor_t *x = mpr_tensor_empty(MPR_F32, 1, shape);
             memset(mpr_tensor_data(x), 1, (size_t)sizes[s]);
@@ -267,7 +270,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    if (rank == 0) {
+    if (rank == 0 && !rpc_only) {
         for (int l = 0; l < NLISTS; l++) {
             mpr_value_t *list = mpr_value_new_list();
             int64_t shape[1] = {list_bytes[l]};
@@ -301,7 +304,9 @@ int main(int argc, char **argv) {
     }
     sleepy_barrier(); /* the other ranks wait here without spinning */
 
-    if (lists_only) {
+    if (lists_only || rpc_only) {
+        if (rpc_only && rank == 0)
+            printf("{\"name\":\"ratios\",\"rpc_sync_noop_vs_mpi_pingpong\":%.2f}\n", rpc_med / mpi_pp);
         free(t);
         free(buf);
         if ((e = mpr_shutdown(true))) die("shutdown", e);

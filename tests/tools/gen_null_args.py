@@ -144,6 +144,8 @@ OUTPUTS = {
     "int *": ("int", "7", "{v} == 0", None),
     "int64_t *": ("int64_t", "7", "{v} == 0", None),
     "size_t *": ("size_t", "7", "{v} == 0", None),
+    "mpr_function_stats_t **": ("mpr_function_stats_t *", "FX_SENTINEL(mpr_function_stats_t *)", "{v} == NULL", "free"),
+    "mpr_peer_stats_t **": ("mpr_peer_stats_t *", "FX_SENTINEL(mpr_peer_stats_t *)", "{v} == NULL", "free"),
     "mpr_optim_options_t *": ("mpr_optim_options_t", "{.lr = 7}", "{v}.lr == 0.0", None),
     "mpr_worker_info_t *": ("mpr_worker_info_t", "FX_STALE_WORKER", "{v}.rank == -1 && {v}.name[0] == '\\0'", None),
 }

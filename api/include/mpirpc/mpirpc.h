@@ -9,6 +9,7 @@
 #include "mpirpc/rpc.h"
 #include "mpirpc/rpc_helpers.h"
 #include "mpirpc/rref.h"
+#include "mpirpc/trace.h"
 #include "mpirpc/value.h"
 
 #include "mpirpc/autograd.h"
