@@ -487,6 +487,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "batch_ps: mpr_init: %s\n", mpr_last_error());
         return 1;
     }
+    if (app_print_placement(&cfg.common, NULL)) fprintf(stderr, "batch_ps: %s\n", mpr_last_error());
     ps_layout_t lay = {.rank = -1};
     int rc = 0;
     if (ps_layout_get((int)cfg.ps, &lay)) {

@@ -73,6 +73,7 @@ typedef struct app_common {
     int64_t checkpoint_every;   /* --checkpoint-every N steps (0: only at the end; default 0) */
     bool resume;                /* --resume: continue from the newest good checkpoint */
     double log_interval;        /* --log-interval S: seconds between plain progress lines (default 10) */
+    bool verbose;               /* --verbose: print where every rank runs at start (app_print_placement) */
 } app_common_t;
 
 typedef enum { APP_PARSE_OK = 0, APP_PARSE_HELP = 1, APP_PARSE_ERROR = 2 } app_parse_result_t;
@@ -94,6 +95,12 @@ void app_parse_options_or_exit(int argc, char **argv, const char *summary, app_o
  * environment variables), 0 when not started by one: usable before MPI is
  * initialized, e.g. to print only once. */
 int app_launch_rank(void);
+/* --verbose: after mpr_init, every rank calls this (collective over
+ * MPI_COMM_WORLD); rank 0 prints one line per rank to `out` (NULL: stderr):
+ * "rank R: worker NAME, host H, pid P, cores 0-3 (4)", plus the Slurm job,
+ * task, local id and node when Slurm launched it. Without --verbose it does
+ * nothing. */
+mpr_err_t app_print_placement(const app_common_t *common, FILE *out);
 /* Seconds on a monotonic clock. */
 double app_now(void);
 

@@ -43,6 +43,7 @@ static int common_table(app_common_t *c, app_option_t *t) {
         {"checkpoint-every", APP_OPT_INT, &c->checkpoint_every, 0, 1e12, NULL, "steps between checkpoints (0: only at the end)"},
         {"resume", APP_OPT_FLAG, &c->resume, 0, 0, NULL, "continue from the newest checkpoint in --checkpoint-dir"},
         {"log-interval", APP_OPT_DOUBLE, &c->log_interval, 0.01, 86400, NULL, "seconds between progress lines when not on a terminal"},
+        {"verbose", APP_OPT_FLAG, &c->verbose, 0, 0, NULL, "print each rank's worker name, host and cores at start"},
     };
     memcpy(t, rows, sizeof rows);
     return (int)(sizeof rows / sizeof rows[0]);

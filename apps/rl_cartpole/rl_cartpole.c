@@ -241,6 +241,7 @@ int main(int argc, char **argv) {
         fail("mpr_init");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    if (app_print_placement(&rc.common, NULL)) fail("--verbose");
     int status = rank == 0 ? run_agent(&rc, world) : 0; /* observers serve the agent's calls */
     mpr_shutdown(true);
     MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -503,6 +503,7 @@ int main(int argc, char **argv) {
         fail("mpr_init");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    if (app_print_placement(&rc.common, NULL)) fail("--verbose");
     int status = 0;
     if (rank == 1) status = rc.parity_path ? run_parity(&rc) : run_trainer(&rc); /* the ps serves the trainer's calls */
     mpr_shutdown(true);

@@ -87,8 +87,13 @@ ps=$build/apps/param_server/param_server
 run=$work/ps_run
 common=(--train-limit 2560 --batch 32 --metrics-every 5 --log-interval 1) # 40 steps per epoch
 submit ps_first RUN_DIR="$run" CHECKPOINT_EVERY=10 MPIRPC_HOME="$src" MPIRPC_BUILD="$build" -- \
-  -n 3 --overcommit "$src/apps/slurm/param_server.sbatch" "${common[@]}" --max-steps 20
+  -n 3 --overcommit "$src/apps/slurm/param_server.sbatch" "${common[@]}" --max-steps 20 --verbose
 expect_job COMPLETED 0:0
+# --verbose: one line per rank with its worker name, cores and Slurm task (issue #18)
+for r in 0 1 2; do
+  grep -Eq "^rank $r: worker (ps0|trainer0|trainer1), host [^,]+, pid [0-9]+, cores [0-9,-]+ \([0-9]+\), slurm job [0-9]+ task $r " "$out" ||
+    fail "no --verbose placement line for rank $r: $(head -5 "$out")"
+done
 [ -s "$run/metrics.csv" ] && [ -s "$run/metrics.png" ] || fail "no metrics CSV/PNG in $run: $(ls "$run")"
 compgen -G "$run/checkpoints/ckpt-*" >/dev/null || fail "no checkpoint in $run/checkpoints"
 grep -q "resuming" "$out" && fail "the first run says it resumes: $(head -3 "$out")"
