@@ -86,6 +86,8 @@ static void draw(app_progress_t *p, double now) {
     char rate[32], etas[32], epoch[48] = "";
     format_rate(rate, sizeof rate, p->shown_rate);
     format_duration(etas, sizeof etas, eta);
+    char loss[32] = ""; /* no loss given (all NaN): not shown */
+    if (!isnan(p->shown_loss)) snprintf(loss, sizeof loss, "  loss %.4f", p->shown_loss);
     if (p->cfg.epochs > 0)
         snprintf(epoch, sizeof epoch, "epoch %lld/%lld ", (long long)p->epoch, (long long)p->cfg.epochs);
     FILE *o = p->cfg.out;
@@ -97,19 +99,19 @@ static void draw(app_progress_t *p, double now) {
         memset(bar, '#', (size_t)fill);
         memset(bar + fill, '.', (size_t)(WIDTH - fill));
         bar[WIDTH] = 0;
-        fprintf(o, "\r%s[%s] %lld/%lld  %s %s/s  loss %.4f  ETA %s\033[K", epoch, bar, (long long)p->step,
-                (long long)total, rate, p->cfg.unit, p->shown_loss, etas);
+        fprintf(o, "\r%s[%s] %lld/%lld  %s %s/s%s  ETA %s\033[K", epoch, bar, (long long)p->step,
+                (long long)total, rate, p->cfg.unit, loss, etas);
         p->bar_open = true;
     } else {
         char elapsed[32];
         format_duration(elapsed, sizeof elapsed, now - p->t0);
         if (total > 0)
-            fprintf(o, "[%s] %sstep %lld/%lld (%.1f%%)  %s %s/s  loss %.4f  ETA %s\n", elapsed, epoch,
+            fprintf(o, "[%s] %sstep %lld/%lld (%.1f%%)  %s %s/s%s  ETA %s\n", elapsed, epoch,
                     (long long)p->step, (long long)total, 100.0 * (double)p->step / (double)total, rate,
-                    p->cfg.unit, p->shown_loss, etas);
+                    p->cfg.unit, loss, etas);
         else
-            fprintf(o, "[%s] %sstep %lld  %s %s/s  loss %.4f\n", elapsed, epoch, (long long)p->step, rate,
-                    p->cfg.unit, p->shown_loss);
+            fprintf(o, "[%s] %sstep %lld  %s %s/s%s\n", elapsed, epoch, (long long)p->step, rate,
+                    p->cfg.unit, loss);
     }
     fflush(o);
 }

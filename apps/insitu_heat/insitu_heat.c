@@ -1,0 +1,339 @@
+/* insitu_heat.c — in-situ training inside an existing MPI code (issue #17):
+ *
+ *   mpirun -np 3 build/apps/insitu_heat/insitu_heat                 # 2 simulation ranks, 1 learner
+ *   mpirun -np 3 build/apps/insitu_heat/insitu_heat --no-stream     # the same simulation without mpirpc
+ *
+ * An ordinary MPI program, written the way simulation codes are: it calls
+ * MPI_Init_thread itself, splits MPI_COMM_WORLD into simulation ranks (the
+ * first N - L) and learner ranks (the last L, --learners), and the
+ * simulation ranks solve the 2-D heat equation (with a logistic heat source,
+ * heat.h) on their own communicator
+ * (heat.h: MPI_Sendrecv halos, MPI_Allreduce residual, MPI-IO output).
+ *
+ * mpirpc is added in the lines marked "mpirpc:" below: mpr_init on the
+ * communicator the host chooses (MPI_COMM_WORLD: both roles; mpirpc
+ * duplicates it and never finalizes MPI), a streamer per simulation rank
+ * (stream.h: every --every K steps, the strip and its next state to a
+ * learner with rpc_async, at most --max-inflight in flight), the learner's
+ * inbox and training loop (inbox.h, learner.h), and mpr_shutdown(true)
+ * before the host's MPI_Finalize. Simulation rank s streams to learner
+ * s mod L. With --no-stream, mpirpc is never initialized.
+ *
+ * If the host's MPI gives less than MPI_THREAD_MULTIPLE (try --thread-level
+ * serialized), mpr_init fails with MPR_ERR_MPI naming the level; the program
+ * says so and runs the simulation without in-situ training ("stream":false
+ * in the summary), as a production code should rather than lose the run.
+ *
+ * Output: progress on stderr; the learner 0's metrics CSV (--metrics) and
+ * its validation error against simulation steps as a PNG; one JSON summary
+ * line on stdout from rank 0 (counts of samples sent, received, trained,
+ * held out, skipped, failed; steps/s and bytes/s of the simulation; the
+ * final field's checksum). Exit status 0 when every sample sent was
+ * received and trained on or held out, 1 otherwise, 2 for bad options. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app.h"
+#include "heat.h"
+#include "inbox.h"
+#include "learner.h"
+#include "mpirpc/mpirpc.h"
+#include "stream.h"
+
+static const char *summary =
+    "insitu_heat: a 2-D heat-equation simulation (plain MPI) that streams its state to learner ranks\n"
+    "training a surrogate of one time step while it runs (mpirpc, added in a few lines).\n"
+    "The last --learners ranks learn, the others simulate.\n"
+    "usage: mpirun -np N insitu_heat [options]      (N > --learners)";
+
+typedef struct config {
+    int64_t nx, ny, steps, every, learners, max_inflight, inbox, progress_pu;
+    int64_t channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every;
+    double r, q, lr;
+    bool no_stream;
+    const char *when_full, *thread_level, *field;
+    app_common_t common;
+} config_t;
+
+static void parse(int argc, char **argv, config_t *c) {
+    *c = (config_t){.nx = 512, .ny = 512, .steps = 400, .every = 20, .learners = 1, .max_inflight = 4, .inbox = 4,
+                    .progress_pu = -1, .channels = 8, .crop = 16, .batch = 16, .steps_per_sample = 8, .replay = 8,
+                    .holdout = 5, .val_keep = 4, .eval_every = 25, .r = 0.2, .q = 0.05, .lr = 0.01, .when_full = "wait",
+                    .thread_level = "multiple"};
+    app_option_t opts[] = {
+        {"nx", APP_OPT_INT, &c->nx, 4, 1 << 16, NULL, "grid columns"},
+        {"ny", APP_OPT_INT, &c->ny, 4, 1 << 16, NULL, "grid rows (split in strips over the simulation ranks)"},
+        {"steps", APP_OPT_INT, &c->steps, 1, 1e9, NULL, "time steps"},
+        {"r", APP_OPT_DOUBLE, &c->r, 1e-6, 0.25, NULL, "alpha dt / dx^2 (stable up to 0.25)"},
+        {"q", APP_OPT_DOUBLE, &c->q, 0, 1, NULL, "k dt, the rate of the logistic heat source k u (1 - u) (0: plain heat)"},
+        {"field", APP_OPT_STRING, &c->field, 0, 0, NULL, "write the final field here (ny x nx float64, MPI-IO)"},
+        {"thread-level", APP_OPT_CHOICE, &c->thread_level, 0, 0, "multiple|serialized|funneled|single",
+         "thread level the host asks MPI_Init_thread for (mpirpc needs multiple)"},
+        {"no-stream", APP_OPT_FLAG, &c->no_stream, 0, 0, NULL, "run the simulation only, without mpirpc"},
+        {"learners", APP_OPT_INT, &c->learners, 1, 1024, NULL, "learner ranks (the last ones)"},
+        {"every", APP_OPT_INT, &c->every, 1, 1e9, NULL, "stream a sample every K steps"},
+        {"max-inflight", APP_OPT_INT, &c->max_inflight, 1, 1024, NULL, "samples in flight per simulation rank"},
+        {"when-full", APP_OPT_CHOICE, &c->when_full, 0, 0, "wait|skip",
+         "window full: wait for the learner, or skip the sample (counted)"},
+        {"inbox", APP_OPT_INT, &c->inbox, 1, 1 << 20, NULL, "samples a learner acknowledges before training on them"},
+        {"progress-pu", APP_OPT_INT, &c->progress_pu, -1, 1 << 20, NULL,
+         "bind mpirpc's progress thread to hwloc PU P + the rank's index on its node (-1: no binding)"},
+        {"channels", APP_OPT_INT, &c->channels, 1, 256, NULL, "surrogate hidden channels"},
+        {"crop", APP_OPT_INT, &c->crop, 1, 4096, NULL, "training crop size (cells)"},
+        {"batch", APP_OPT_INT, &c->batch, 1, 4096, NULL, "crops per Adam step"},
+        {"steps-per-sample", APP_OPT_INT, &c->steps_per_sample, 1, 1e6, NULL, "Adam steps per training sample"},
+        {"replay", APP_OPT_INT, &c->replay, 1, 1 << 16, NULL, "samples kept for replay"},
+        {"holdout", APP_OPT_INT, &c->holdout, 2, 1e6, NULL, "hold out one of every N sampled steps"},
+        {"val-keep", APP_OPT_INT, &c->val_keep, 1, 1 << 16, NULL, "held-out samples kept for validation"},
+        {"eval-every", APP_OPT_INT, &c->eval_every, 1, 1e9, NULL, "Adam steps between validations"},
+        {"lr", APP_OPT_DOUBLE, &c->lr, 0, 10, NULL, "Adam learning rate"},
+        {0}};
+    app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
+}
+
+static int thread_level(const char *name) {
+    return !strcmp(name, "multiple")     ? MPI_THREAD_MULTIPLE
+           : !strcmp(name, "serialized") ? MPI_THREAD_SERIALIZED
+           : !strcmp(name, "funneled")   ? MPI_THREAD_FUNNELED
+                                         : MPI_THREAD_SINGLE;
+}
+
+/* What every rank contributes to the summary (summed, or max for the times). */
+enum { N_SENT, N_ACKED, N_FAILED, N_SKIPPED, N_BYTES, N_WAITS, N_RECEIVED, N_TRAINED, N_HELD, N_ADAM, N_COUNTS };
+enum { T_SIM, T_WAIT, T_TRAIN, T_FIRST_ERR, T_FINAL_ERR, N_TIMES };
+
+typedef struct run_state {
+    const config_t *cfg;
+    int world_rank, world_size, sims, learners;
+    bool stream;
+    int64_t counts[N_COUNTS];
+    double times[N_TIMES];
+    uint64_t checksum;
+    double field_sum, residual;
+    char stream_error[512];
+    char progress_binding[64]; /* where rank 0's progress thread runs (mpr_debug_info_t) */
+    bool failed;
+} run_state_t;
+
+/* A simulation rank: the time loop, streaming every K steps when asked. */
+static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
+    const config_t *cfg = st->cfg;
+    heat_t *h = heat_create(sim_comm, (int)cfg->nx, (int)cfg->ny, cfg->r, cfg->q, (uint64_t)cfg->common.seed);
+    if (!h) MPI_Abort(MPI_COMM_WORLD, 1);
+    streamer_t *stream = NULL;
+    if (st->stream) { /* mpirpc: a streamer to this rank's learner */
+        char name[32];
+        int learner = -1;
+        snprintf(name, sizeof name, "learner%d", h->rank % st->learners);
+        if (mpr_dest_rank(mpr_to_name(name), &learner) ||
+            !(stream = streamer_create(learner, h->rank, (int)cfg->max_inflight,
+                                       strcmp(cfg->when_full, "skip") ? STREAM_WAIT : STREAM_SKIP,
+                                       MPR_TIMEOUT_DEFAULT))) {
+            fprintf(stderr, "insitu_heat: sim %d: %s\n", h->rank, mpr_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    app_progress_t *bar = NULL;
+    if (h->rank == 0)
+        bar = app_progress_create(&(app_progress_config_t){.total_steps = cfg->steps, .unit = "steps",
+                                                           .interval_s = cfg->common.log_interval});
+    MPI_Barrier(sim_comm);
+    double t0 = MPI_Wtime(), residual = 0;
+    for (int64_t step = 0; step < cfg->steps; step++) {
+        heat_step(h, &residual);
+        if (stream && step % cfg->every == 0 && /* mpirpc: (state, next state) to the learner, not waiting */
+            streamer_send(stream, step, h->prev, h->cur, h->rows + 2, h->nx + 2, heat_stride(h))) {
+            fprintf(stderr, "insitu_heat: sim %d: %s\n", h->rank, mpr_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (bar) app_progress_update(bar, step + 1, 0, 1, NAN);
+    }
+    if (stream && streamer_finish(stream)) { /* mpirpc: the last replies, then "done" */
+        fprintf(stderr, "insitu_heat: sim %d: telling the learner we are done: %s\n", h->rank, mpr_last_error());
+        st->failed = true;
+    }
+    double t_sim = MPI_Wtime() - t0;
+    if (bar) app_progress_finish(bar);
+    app_progress_destroy(bar);
+    MPI_Allreduce(&t_sim, &st->times[T_SIM], 1, MPI_DOUBLE, MPI_MAX, sim_comm);
+    heat_checksum(h, &st->checksum, &st->field_sum);
+    st->residual = residual;
+    if (cfg->field && heat_write_field(h, cfg->field)) st->failed = true;
+    if (stream) {
+        stream_counts_t n = streamer_counts(stream);
+        int64_t *c = st->counts;
+        c[N_SENT] = n.sent, c[N_ACKED] = n.acked, c[N_FAILED] = n.failed, c[N_SKIPPED] = n.skipped;
+        c[N_BYTES] = n.bytes, c[N_WAITS] = n.waits;
+        st->times[T_WAIT] = n.wait_s;
+        if (n.failed)
+            fprintf(stderr, "insitu_heat: sim %d: %lld samples failed, the first: %s\n", h->rank, (long long)n.failed,
+                    streamer_first_error(stream));
+        streamer_destroy(stream);
+    }
+    heat_destroy(h);
+}
+
+/* A learner rank: train until its simulation ranks are done. */
+static void run_learner(run_state_t *st, int index) {
+    const config_t *cfg = st->cfg;
+    char label[32], *plot = NULL;
+    snprintf(label, sizeof label, "learner %d", index);
+    learner_config_t lc = {.channels = (int)cfg->channels, .crop = (int)cfg->crop, .batch = (int)cfg->batch,
+                           .steps_per_sample = (int)cfg->steps_per_sample, .replay = (int)cfg->replay,
+                           .holdout = (int)cfg->holdout, .val_keep = (int)cfg->val_keep,
+                           .eval_every = (int)cfg->eval_every, .every = cfg->every, .lr = cfg->lr,
+                           .seed = (uint64_t)cfg->common.seed + (uint64_t)index,
+                           .metrics_path = index == 0 ? cfg->common.metrics_path : NULL, .label = label,
+                           .log_interval = cfg->common.log_interval};
+    learner_result_t res;
+    if (learner_run(&lc, &res)) {
+        fprintf(stderr, "insitu_heat: %s: %s\n", label, mpr_last_error());
+        st->failed = true;
+    }
+    int64_t *c = st->counts;
+    c[N_RECEIVED] = res.received, c[N_TRAINED] = res.trained, c[N_HELD] = res.held_out, c[N_ADAM] = res.adam_steps;
+    st->times[T_TRAIN] = res.train_s;
+    if (index == 0) {
+        st->times[T_FIRST_ERR] = isnan(res.first_val_err) ? -1 : res.first_val_err;
+        st->times[T_FINAL_ERR] = isnan(res.final_val_err) ? -1 : res.final_val_err;
+        if (lc.metrics_path && (plot = app_plot_path(&cfg->common))) {
+            const char *y[] = {"val_rel_err"};
+            app_plot_series(lc.metrics_path, plot, "insitu_heat: surrogate error on held-out steps", "sim_step",
+                            "simulation step", y, 1, "relative error (1 = persistence)");
+            free(plot);
+        }
+    }
+}
+
+/* MPI_Allreduce that sleeps while it waits (a learner with nothing to do
+ * must not take a core from the simulation by polling). */
+static void allreduce_sleeping(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op) {
+    MPI_Request req;
+    int done = 0;
+    MPI_Iallreduce(in, out, n, t, op, MPI_COMM_WORLD, &req);
+    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE), !done) nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void print_summary(const run_state_t *st, const int64_t *c, const double *t) {
+    const config_t *cfg = st->cfg;
+    bool counts_ok = !st->stream || (c[N_SENT] == c[N_ACKED] && c[N_FAILED] == 0 && c[N_SENT] == c[N_RECEIVED] &&
+                                     c[N_RECEIVED] == c[N_TRAINED] + c[N_HELD]);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)st->checksum);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", "insitu_heat");
+    cJSON_AddBoolToObject(j, "stream", st->stream);
+    if (st->stream_error[0]) cJSON_AddStringToObject(j, "stream_error", st->stream_error);
+    if (st->progress_binding[0]) cJSON_AddStringToObject(j, "progress_binding", st->progress_binding);
+    cJSON_AddNumberToObject(j, "sims", st->sims);
+    cJSON_AddNumberToObject(j, "learners", st->learners);
+    cJSON_AddNumberToObject(j, "nx", (double)cfg->nx);
+    cJSON_AddNumberToObject(j, "ny", (double)cfg->ny);
+    cJSON_AddNumberToObject(j, "steps", (double)cfg->steps);
+    cJSON_AddNumberToObject(j, "every", (double)cfg->every);
+    cJSON_AddNumberToObject(j, "sim_s", t[T_SIM]);
+    cJSON_AddNumberToObject(j, "steps_per_s", (double)cfg->steps / t[T_SIM]);
+    cJSON_AddNumberToObject(j, "bytes_sent", (double)c[N_BYTES]);
+    cJSON_AddNumberToObject(j, "bytes_per_s", (double)c[N_BYTES] / t[T_SIM]);
+    cJSON_AddStringToObject(j, "checksum", hex);
+    cJSON_AddNumberToObject(j, "field_sum", st->field_sum);
+    cJSON_AddNumberToObject(j, "residual", st->residual);
+    static const char *const names[N_COUNTS] = {"samples_sent",     "samples_acked",   "samples_failed",
+                                                "samples_skipped",  "bytes",           "send_waits",
+                                                "samples_received", "samples_trained", "samples_held_out",
+                                                "adam_steps"};
+    for (int k = 0; k < N_COUNTS; k++)
+        if (k != N_BYTES) cJSON_AddNumberToObject(j, names[k], (double)c[k]);
+    cJSON_AddNumberToObject(j, "wait_s", t[T_WAIT]);
+    cJSON_AddNumberToObject(j, "train_s", t[T_TRAIN]);
+    if (t[T_FIRST_ERR] >= 0) cJSON_AddNumberToObject(j, "first_val_err", t[T_FIRST_ERR]);
+    if (t[T_FINAL_ERR] >= 0) cJSON_AddNumberToObject(j, "final_val_err", t[T_FINAL_ERR]);
+    cJSON_AddBoolToObject(j, "ok", counts_ok && !st->failed);
+    char *s = cJSON_PrintUnformatted(j);
+    if (s) printf("%s\n", s);
+    fflush(stdout);
+    cJSON_free(s);
+    cJSON_Delete(j);
+}
+
+int main(int argc, char **argv) {
+    config_t cfg;
+    parse(argc, argv, &cfg);
+    int provided;
+    MPI_Init_thread(&argc, &argv, thread_level(cfg.thread_level), &provided);
+    run_state_t st = {.cfg = &cfg, .stream = !cfg.no_stream, .learners = (int)cfg.learners};
+    st.times[T_FIRST_ERR] = st.times[T_FINAL_ERR] = -1; /* none (only learner 0 reports them) */
+    MPI_Comm_rank(MPI_COMM_WORLD, &st.world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &st.world_size);
+    st.sims = st.world_size - st.learners;
+    if (st.sims < 1) {
+        if (st.world_rank == 0)
+            fprintf(stderr, "insitu_heat: %d ranks: needs at least one simulation rank besides %d learner(s) (try --help)\n",
+                    st.world_size, st.learners);
+        MPI_Finalize();
+        return 2;
+    }
+    bool learner = st.world_rank >= st.sims;
+    int role_rank = learner ? st.world_rank - st.sims : st.world_rank;
+    MPI_Comm role_comm; /* the simulation's own communicator (and the learners') */
+    MPI_Comm_split(MPI_COMM_WORLD, learner, st.world_rank, &role_comm);
+
+    if (st.stream) { /* mpirpc: join the runtime on MPI_COMM_WORLD (it dups it; MPI stays the host's) */
+        char name[32];
+        snprintf(name, sizeof name, learner ? "learner%d" : "sim%d", role_rank);
+        if (learner) inbox_configure((int)cfg.inbox, (st.sims - role_rank + st.learners - 1) / st.learners);
+        mpr_init_options_t o;
+        mpr_init_options_default(&o);
+        o.comm = MPI_COMM_WORLD;
+        o.name = name;
+        o.num_worker_threads = 2;
+        o.rpc_timeout_s = 300;
+        if (cfg.progress_pu >= 0) { /* one PU per rank of this node: P, P + 1, ... */
+            MPI_Comm node;
+            int local;
+            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, st.world_rank, MPI_INFO_NULL, &node);
+            MPI_Comm_rank(node, &local);
+            MPI_Comm_free(&node);
+            o.progress_thread_pu = (int)cfg.progress_pu + local;
+        }
+        mpr_err_t e = inbox_register();
+        if (!e) e = mpr_init(&o);
+        mpr_debug_info_t d;
+        if (!e && !mpr_get_debug_info(&d)) snprintf(st.progress_binding, sizeof st.progress_binding, "%s", d.progress_binding);
+        if (e) {
+            snprintf(st.stream_error, sizeof st.stream_error, "%s", mpr_last_error());
+            if (st.world_rank == 0)
+                fprintf(stderr, "insitu_heat: %s; the simulation runs without in-situ training\n",
+                        st.stream_error);
+            st.stream = false;
+        }
+    }
+    if (!learner)
+        run_simulation(&st, role_comm);
+    else if (st.stream)
+        run_learner(&st, role_rank);
+    if (st.stream) mpr_shutdown(true); /* mpirpc: graceful shutdown, before the host's MPI_Finalize */
+
+    int64_t counts[N_COUNTS];
+    double times[N_TIMES];
+    int failed = st.failed, any_failed;
+    allreduce_sleeping(st.counts, counts, N_COUNTS, MPI_INT64_T, MPI_SUM);
+    allreduce_sleeping(st.times, times, N_TIMES, MPI_DOUBLE, MPI_MAX);
+    allreduce_sleeping(&failed, &any_failed, 1, MPI_INT, MPI_MAX);
+    st.failed = any_failed;
+    int rc = st.failed;
+    if (st.world_rank == 0) {
+        print_summary(&st, counts, times);
+        if (st.stream && (counts[N_SENT] != counts[N_RECEIVED] || counts[N_RECEIVED] != counts[N_TRAINED] + counts[N_HELD] ||
+                          counts[N_FAILED]))
+            rc = 1;
+    }
+    inbox_cleanup();
+    MPI_Comm_free(&role_comm);
+    MPI_Finalize();
+    return rc;
+}

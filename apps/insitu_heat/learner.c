@@ -1,0 +1,295 @@
+/* apps/insitu_heat/learner.c — the surrogate and its training loop (see
+ * learner.h). Runs on the learner rank's main thread; the samples arrive on
+ * mpirpc's pool threads and wait in the inbox. */
+#include "learner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "inbox.h"
+#include "insitu.h"
+#include "mpirpc/mpirpc.h"
+
+/* The surrogate: fixed moment filters (their output scaled per channel),
+ * a learned linear combination of them, plus a small MLP of the value. */
+typedef struct surrogate {
+    mpr_tensor_t *moments;   /* [9, 1, 3, 3], fixed: outer products of (centre, d/dx, d2/dx2) */
+    mpr_tensor_t *inv_scale; /* [1, 9, 1, 1]: 1 / RMS of each moment over the first training sample */
+    mpr_module_t *stencil;   /* Conv2d(9, 1, 1x1) */
+    mpr_module_t *hidden;    /* Conv2d(1, C, 1x1) on the value channel */
+    mpr_module_t *out;       /* Conv2d(C, 1, 1x1) */
+} surrogate_t;
+
+typedef struct learner {
+    const learner_config_t *cfg;
+    surrogate_t model;
+    mpr_optimizer_t *opt;
+    mpr_generator_t *gen;
+    uint64_t rng;
+    inbox_sample_t *ring; /* replay samples, ring_n of them (reservoir) */
+    inbox_sample_t *val;  /* the first val_keep held-out samples */
+    int ring_n, val_n;
+    double scale; /* target scale (0 until the first training sample) */
+    int64_t last_step, adam_steps;
+    double loss_sum;
+    int loss_count;
+    app_metrics_t *csv;
+    learner_result_t res;
+    double t0, last_log;
+} learner_t;
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void sample_release(inbox_sample_t *s) {
+    mpr_tensor_release(s->x);
+    mpr_tensor_release(s->y);
+    s->x = s->y = NULL;
+}
+
+/* Reservoir sampling: after `seen` training samples the ring holds a
+ * uniform random subset of them (so early states are not forgotten as the
+ * simulation moves on). Takes s; releases it or what it replaces. */
+static void replay_offer(learner_t *l, inbox_sample_t s, int64_t seen) {
+    int cap = l->cfg->replay;
+    if (l->ring_n < cap) {
+        l->ring[l->ring_n++] = s;
+        return;
+    }
+    uint64_t k = next_u64(&l->rng) % (uint64_t)seen;
+    if (k < (uint64_t)cap) {
+        sample_release(&l->ring[k]);
+        l->ring[k] = s;
+    } else {
+        sample_release(&s);
+    }
+}
+
+static int sample_rows(const inbox_sample_t *s) { return (int)mpr_tensor_shape(s->y)[0]; }
+static int sample_cols(const inbox_sample_t *s) { return (int)mpr_tensor_shape(s->y)[1]; }
+
+static mpr_err_t surrogate_init(surrogate_t *m, int channels, mpr_generator_t *gen) {
+    static const float p[3][3] = {{0, 1, 0}, {-0.5f, 0, 0.5f}, {1, -2, 1}}; /* value, d/dx, d2/dx2 */
+    float w[9][3][3];
+    for (int a = 0; a < 3; a++) /* filter 3a + b: p[a] along rows (y) times p[b] along columns (x) */
+        for (int b = 0; b < 3; b++)
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++) w[3 * a + b][i][j] = p[a][i] * p[b][j];
+    m->moments = mpr_from_buffer(MPR_F32, MPR_SHAPE(9, 1, 3, 3), w);
+    m->stencil = mpr_conv2d_create(9, 1, 1, 1, 1, 0, true, MPR_F32, gen);
+    m->hidden = mpr_conv2d_create(1, channels, 1, 1, 1, 0, true, MPR_F32, gen);
+    m->out = mpr_conv2d_create(channels, 1, 1, 1, 1, 0, true, MPR_F32, gen);
+    return m->moments && m->stencil && m->hidden && m->out ? MPR_OK : mpr_last_error_code();
+}
+
+static void surrogate_destroy(surrogate_t *m) {
+    mpr_tensor_release(m->moments);
+    mpr_tensor_release(m->inv_scale);
+    mpr_module_destroy(m->stencil);
+    mpr_module_destroy(m->hidden);
+    mpr_module_destroy(m->out);
+}
+
+/* The per-moment scale, from x [1, 1, h+2, w+2] (the first training sample). */
+static mpr_err_t surrogate_set_scale(surrogate_t *m, mpr_tensor_t *x) {
+    mpr_scope_begin();
+    mpr_tensor_t *f = mpr_conv2d(x, m->moments, NULL, 1, 1, 0, 0);
+    mpr_tensor_t *inv = mpr_pow(mpr_add_scalar(mpr_mean_dims(mpr_mul(f, f), 3, (int[]){0, 2, 3}, true), 1e-20), -0.5);
+    m->inv_scale = mpr_scope_keep(inv);
+    mpr_scope_end();
+    return m->inv_scale ? MPR_OK : mpr_last_error_code();
+}
+
+/* x [B, 1, h+2, w+2] -> the predicted increment / target scale, [B, 1, h, w] (scope-owned). */
+static mpr_tensor_t *surrogate_forward(surrogate_t *m, mpr_tensor_t *x) {
+    mpr_tensor_t *f = mpr_mul(mpr_conv2d(x, m->moments, NULL, 1, 1, 0, 0), m->inv_scale);
+    mpr_tensor_t *value = mpr_narrow(f, 1, 0, 1);
+    return mpr_add(mpr_module_forward(m->stencil, f),
+                   mpr_module_forward(m->out, mpr_tanh(mpr_module_forward(m->hidden, value))));
+}
+
+/* Scope-owned views: the c x c interior crop at (i, j) of s's y, its frame crop of x, and the matching x interior. */
+static void crop(const inbox_sample_t *s, int64_t i, int64_t j, int64_t c, mpr_tensor_t **xf, mpr_tensor_t **inc) {
+    *xf = mpr_narrow(mpr_narrow(s->x, 0, i, c + 2), 1, j, c + 2);
+    mpr_tensor_t *xc = mpr_narrow(mpr_narrow(s->x, 0, i + 1, c), 1, j + 1, c);
+    *inc = mpr_sub(mpr_narrow(mpr_narrow(s->y, 0, i, c), 1, j, c), xc);
+}
+
+/* One Adam step on a batch of crops: the first from `fresh`, the others from the replay samples. */
+static mpr_err_t train_step(learner_t *l, const inbox_sample_t *fresh) {
+    const learner_config_t *cfg = l->cfg;
+    int b = cfg->batch;
+    mpr_tensor_t **xs = calloc((size_t)b * 2, sizeof *xs), **ts = xs ? xs + b : NULL;
+    if (!xs) return mpr_error_set(MPR_ERR_NOMEM, "learner: out of memory");
+    mpr_scope_begin();
+    int64_t c = cfg->crop;
+    for (int k = -1; k < l->ring_n; k++) { /* the crop fits the fresh sample and every one in the ring */
+        const inbox_sample_t *s = k < 0 ? fresh : &l->ring[k];
+        if (sample_rows(s) < c) c = sample_rows(s);
+        if (sample_cols(s) < c) c = sample_cols(s);
+    }
+    for (int k = 0; k < b; k++) {
+        const inbox_sample_t *s = k == 0 || l->ring_n == 0 ? fresh : &l->ring[next_u64(&l->rng) % (uint64_t)l->ring_n];
+        int64_t i = (int64_t)(next_u64(&l->rng) % (uint64_t)(sample_rows(s) - c + 1));
+        int64_t j = (int64_t)(next_u64(&l->rng) % (uint64_t)(sample_cols(s) - c + 1));
+        crop(s, i, j, c, &xs[k], &ts[k]);
+    }
+    mpr_tensor_t *x = mpr_unsqueeze(mpr_stack(xs, b, 0), 1);
+    mpr_tensor_t *target = mpr_mul_scalar(mpr_unsqueeze(mpr_stack(ts, b, 0), 1), 1.0 / l->scale);
+    mpr_optimizer_zero_grad(l->opt);
+    mpr_tensor_t *loss = mpr_mse_loss(surrogate_forward(&l->model, x), target);
+    double v = NAN;
+    mpr_err_t e = loss ? mpr_backward(loss, NULL, false) : mpr_last_error_code();
+    if (!e) e = mpr_optimizer_step(l->opt);
+    if (!e) e = mpr_item(loss, &v);
+    mpr_scope_end();
+    free(xs);
+    if (e) return e;
+    l->adam_steps++;
+    l->loss_sum += v;
+    l->loss_count++;
+    return MPR_OK;
+}
+
+/* Validation error over the kept held-out samples (whole strips, no grad). */
+static mpr_err_t validate(learner_t *l, double *err) {
+    double se = 0, ref = 0;
+    bool prev = mpr_set_grad_enabled(false);
+    mpr_err_t e = MPR_OK;
+    for (int k = 0; k < l->val_n && !e; k++) {
+        const inbox_sample_t *s = &l->val[k];
+        mpr_scope_begin();
+        mpr_tensor_t *xf = mpr_unsqueeze(mpr_unsqueeze(s->x, 0), 0);
+        int64_t h = sample_rows(s), w = sample_cols(s);
+        mpr_tensor_t *inc = mpr_sub(s->y, mpr_narrow(mpr_narrow(s->x, 0, 1, h), 1, 1, w));
+        mpr_tensor_t *pred = mpr_mul_scalar(surrogate_forward(&l->model, xf), l->scale);
+        mpr_tensor_t *d = mpr_sub(mpr_reshape(pred, 2, (int64_t[]){h, w}), inc);
+        double a = NAN, b = NAN;
+        if (!d || mpr_item(mpr_sum(mpr_mul(d, d)), &a) || mpr_item(mpr_sum(mpr_mul(inc, inc)), &b))
+            e = mpr_last_error_code();
+        mpr_scope_end();
+        se += a, ref += b;
+    }
+    mpr_set_grad_enabled(prev);
+    *err = ref > 0 ? sqrt(se / ref) : NAN;
+    return e;
+}
+
+static mpr_err_t report(learner_t *l, bool final) {
+    if (l->val_n == 0) return MPR_OK;
+    double err;
+    mpr_err_t e = validate(l, &err);
+    if (e) return e;
+    if (l->res.evals++ == 0) l->res.first_val_err = err;
+    l->res.final_val_err = err;
+    double now = app_now(), wall = now - l->t0;
+    double loss = l->loss_count ? l->loss_sum / l->loss_count : NAN;
+    double extra[4] = {(double)l->last_step, err, (double)l->res.trained, (double)l->res.received};
+    if (l->csv && (e = app_metrics_write(l->csv, l->adam_steps, 0, wall, loss,
+                                         wall > 0 ? (double)l->res.trained / wall : NAN, NAN, extra)))
+        return e;
+    if (final || now - l->last_log >= l->cfg->log_interval) {
+        fprintf(stderr, "%s: sim step %lld, %lld samples trained, %lld Adam steps, loss %.4g, validation error %.4f\n",
+                l->cfg->label, (long long)l->last_step, (long long)l->res.trained, (long long)l->adam_steps, loss, err);
+        l->last_log = now;
+    }
+    l->loss_sum = 0, l->loss_count = 0;
+    return MPR_OK;
+}
+
+/* A popped sample: hold it out, or train on it. */
+static mpr_err_t take(learner_t *l, inbox_sample_t s) {
+    const learner_config_t *cfg = l->cfg;
+    l->res.received++;
+    if (s.step > l->last_step) l->last_step = s.step;
+    if ((s.step / cfg->every) % cfg->holdout == 1) {
+        l->res.held_out++;
+        if (l->val_n < cfg->val_keep)
+            l->val[l->val_n++] = s;
+        else
+            sample_release(&s);
+        return l->res.evals == 0 ? report(l, false) : MPR_OK; /* the untrained (or barely trained) error */
+    }
+    if (l->scale == 0) { /* the scales of the target and of the moments: from this first sample */
+        int64_t h = sample_rows(&s), w = sample_cols(&s);
+        mpr_scope_begin();
+        mpr_tensor_t *inc = mpr_sub(s.y, mpr_narrow(mpr_narrow(s.x, 0, 1, h), 1, 1, w));
+        double ms = 0;
+        mpr_err_t e = mpr_item(mpr_mean(mpr_mul(inc, inc)), &ms);
+        if (!e) e = surrogate_set_scale(&l->model, mpr_unsqueeze(mpr_unsqueeze(s.x, 0), 0));
+        mpr_scope_end();
+        if (e) {
+            sample_release(&s);
+            return e;
+        }
+        l->scale = ms > 0 ? sqrt(ms) : 1.0;
+    }
+    mpr_err_t e = MPR_OK;
+    for (int k = 0; k < cfg->steps_per_sample && !e; k++) {
+        e = train_step(l, &s);
+        if (!e && l->adam_steps % cfg->eval_every == 0) e = report(l, false);
+    }
+    if (e) {
+        sample_release(&s);
+        return e;
+    }
+    l->res.trained++;
+    replay_offer(l, s, l->res.trained);
+    return MPR_OK;
+}
+
+mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
+    learner_t l = {.cfg = cfg, .rng = cfg->seed ^ 0x5eed, .last_step = -1};
+    l.res.first_val_err = l.res.final_val_err = NAN;
+    l.t0 = l.last_log = app_now();
+    mpr_err_t e = MPR_OK;
+    l.ring = calloc((size_t)cfg->replay, sizeof *l.ring);
+    l.val = calloc((size_t)cfg->val_keep, sizeof *l.val);
+    l.gen = mpr_generator_create(cfg->seed);
+    if (!l.ring || !l.val || !l.gen) e = mpr_error_set(MPR_ERR_NOMEM, "learner: out of memory");
+    if (!e) e = surrogate_init(&l.model, cfg->channels, l.gen);
+    if (!e) {
+        mpr_tensor_t *params[6];
+        mpr_module_t *mods[3] = {l.model.stencil, l.model.hidden, l.model.out};
+        int n = 0;
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < mpr_module_num_parameters(mods[k]); i++) {
+                INSITU_ASSERT(n < 6);
+                params[n++] = mpr_module_parameter(mods[k], i, NULL);
+            }
+        mpr_optim_options_t o;
+        mpr_optim_options_default("adam", &o);
+        o.lr = cfg->lr;
+        if (!(l.opt = mpr_optimizer_create("adam", params, n, &o))) e = mpr_last_error_code();
+    }
+    static const char *const extra[] = {"sim_step", "val_rel_err", "samples_trained", "samples_received"};
+    if (!e && cfg->metrics_path && !(l.csv = app_metrics_open(cfg->metrics_path, extra, 4, -1)))
+        e = mpr_last_error_code();
+    inbox_sample_t s;
+    while (!e && inbox_pop(&s)) e = take(&l, s);
+    /* on an error, keep draining so that the simulation ranks are never left waiting */
+    while (e && inbox_pop(&s)) {
+        l.res.received++;
+        sample_release(&s);
+    }
+    if (!e) e = report(&l, true);
+    l.res.train_s = app_now() - l.t0;
+    l.res.adam_steps = l.adam_steps;
+    *out = l.res;
+    app_metrics_close(l.csv);
+    for (int i = 0; i < l.ring_n; i++) sample_release(&l.ring[i]);
+    for (int i = 0; i < l.val_n; i++) sample_release(&l.val[i]);
+    free(l.ring);
+    free(l.val);
+    mpr_optimizer_destroy(l.opt);
+    surrogate_destroy(&l.model);
+    mpr_generator_destroy(l.gen);
+    if (!e) INSITU_ASSERT(out->received == out->trained + out->held_out);
+    return e;
+}

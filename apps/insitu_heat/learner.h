@@ -1,0 +1,64 @@
+/* apps/insitu_heat/learner.h — a learner rank of insitu_heat: trains a
+ * small convolutional surrogate of one simulation step on the samples its
+ * simulation ranks stream in (inbox.h), with local autograd and Adam, and
+ * reports its error on held-out steps as training goes.
+ *
+ * Surrogate (a PDE-Net-style model: fixed finite-difference "moment"
+ * filters, learned combinations): the 9 products of (value, d/dx, d2/dx2)
+ * along y and x, taken on each cell's 3x3 neighbourhood and divided by their
+ * RMS over the first training sample, feed a learned linear stencil
+ * (Conv2d(9, 1, 1x1)); the value alone also feeds a small MLP
+ * (Conv2d(1, C, 1x1) -> tanh -> Conv2d(C, 1, 1x1)) for pointwise
+ * nonlinear terms. The sum is the increment of the h x w interior over one
+ * step, divided by a fixed scale (the RMS increment of the first training
+ * sample); input: the patch with a one-cell frame, (h+2) x (w+2).
+ * (A plain Conv2d(1, C, 3x3) -> tanh -> Conv2d(C, 1, 1x1) learns the same
+ * data badly: neighbouring values are nearly equal, so the stencil
+ * directions are ill-conditioned for first-order optimizers.)
+ *
+ * Samples: one of every `holdout` sampled steps (those whose sample index
+ * step / every is 1 modulo holdout) is held out for validation: the first
+ * `val_keep` of them form the validation set (fixed once full, so the
+ * curve is comparable along the run; the others are counted and dropped);
+ * the other samples are trained on. Each training sample, when popped, is
+ * trained on at once: `steps_per_sample` Adam steps, each on `batch` random
+ * crop x crop crops, the first from the new sample, the others from the
+ * replay set; then it is offered to the replay set, `replay` samples kept by
+ * reservoir sampling (a uniform subset of all training samples so far, so
+ * the early states are not forgotten as the simulation moves on). So every
+ * sample popped is trained on or held out:
+ * received == trained + held_out at the end (checked).
+ *
+ * Validation error: sqrt(sum (prediction - true increment)^2 / sum (true
+ * increment)^2) over the validation set, whole strips: 1 is the error of
+ * predicting "nothing changes", 0 a perfect surrogate. Evaluated when the
+ * first held-out sample arrives, every `eval_every` Adam steps and at the end; each evaluation is a row of
+ * the metrics CSV (app.h's columns plus sim_step, val_rel_err,
+ * samples_trained, samples_received). */
+#ifndef INSITU_HEAT_LEARNER_H
+#define INSITU_HEAT_LEARNER_H
+
+#include <stdint.h>
+
+#include "mpirpc/error.h"
+
+typedef struct learner_config {
+    int channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every;
+    int64_t every; /* the simulation's sampling interval K (to know held-out steps) */
+    double lr;
+    uint64_t seed;
+    const char *metrics_path; /* NULL: no CSV */
+    const char *label;        /* e.g. "learner 0", for the progress lines */
+    double log_interval;      /* seconds between progress lines */
+} learner_config_t;
+
+typedef struct learner_result {
+    int64_t received, trained, held_out, adam_steps, evals;
+    double first_val_err, final_val_err; /* NaN when never evaluated */
+    double train_s;
+} learner_result_t;
+
+/* Train until every simulation rank is done and the inbox is empty. */
+mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out);
+
+#endif

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""insitu_heat's tests (apps/insitu_heat), one case per ctest test:
+
+    insitu_test.py CASE BINARY SANITIZE(0|1) MPIEXEC [MPIEXEC FLAGS...]
+
+Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
+  identical     the simulation streaming to the learner and the same simulation
+                with --no-stream (mpirpc never initialized) end with the same
+                field, bit for bit: the same checksum and the same bytes in the
+                --field files.
+  counts        samples sent == acknowledged == received == trained on + held
+                out, none failed or skipped, and as many as sampled steps; with
+                --when-full skip and a one-sample window, skipped samples are
+                counted: sent + skipped == sampled steps, sent == received.
+  learns        the surrogate's validation error ends below 0.5 x its first
+                value; the metrics CSV has the error column and the PNG exists.
+  thread_level  the host initializes MPI with MPI_THREAD_SERIALIZED: mpr_init
+                fails naming MPI_THREAD_MULTIPLE, the simulation runs without
+                in-situ training and ends with the same checksum, exit 0.
+  bad_options   a bad value, an unknown option and too few ranks exit 2.
+Every case prints what ran; any failed check exits 1.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SMALL = ["--nx", "64", "--ny", "64", "--steps", "300", "--every", "5", "--log-interval", "1000"]
+
+
+def run(cmd, cwd, expect=0):
+    print("+", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
+    out = p.stdout.decode(errors="replace")
+    sys.stdout.write(out)
+    check(p.returncode == expect, f"exit status {p.returncode}, expected {expect}")
+    lines = [l for l in out.splitlines() if l.startswith("{") and l.endswith("}")]
+    return out, (json.loads(lines[-1]) if lines else None)
+
+
+def check(cond, what):
+    if not cond:
+        print(f"insitu_test.py: FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+def main(argv):
+    case, binary, sanitize, mpiexec = argv[0], argv[1], argv[2] == "1", argv[3:]
+    small = SMALL if not sanitize else SMALL[:4] + ["--steps", "150"] + SMALL[6:]
+    sampled = int(small[small.index("--steps") + 1]) // 5  # steps 0, 5, 10, ... below --steps
+    mpi3 = mpiexec + ["-n", "3", binary]
+    if case != "learns":  # less training where only the counts and the simulation matter
+        small = small + ["--steps-per-sample", "2"]
+    with tempfile.TemporaryDirectory() as tmp:
+        if case == "identical":
+            _, a = run(mpi3 + small + ["--no-stream", "--field", "a.bin"], tmp)
+            _, b = run(mpi3 + small + ["--field", "b.bin"], tmp)
+            check(a and b and not a["stream"] and b["stream"] and b["ok"], "two summaries, streaming off then on")
+            check(b["samples_sent"] > 0, "samples were streamed")
+            check(a["checksum"] == b["checksum"], f"checksums {a['checksum']} != {b['checksum']}")
+            with open(os.path.join(tmp, "a.bin"), "rb") as fa, open(os.path.join(tmp, "b.bin"), "rb") as fb:
+                da, db = fa.read(), fb.read()
+            check(len(da) == 64 * 64 * 8 and da == db, "the two field files differ")
+        elif case == "counts":
+            _, j = run(mpi3 + small, tmp)
+            check(j and j["ok"], "summary ok")
+            per_rank = 2 * sampled
+            check(j["samples_sent"] == per_rank, f"{j['samples_sent']} sent, {per_rank} sampled steps")
+            check(j["samples_sent"] == j["samples_acked"] == j["samples_received"], "sent == acked == received")
+            check(j["samples_received"] == j["samples_trained"] + j["samples_held_out"], "received == trained + held out")
+            check(j["samples_failed"] == 0 and j["samples_skipped"] == 0, "none failed or skipped")
+            check(j["samples_held_out"] > 0 and j["samples_trained"] > j["samples_held_out"], "both trained and held out")
+            _, k = run(mpi3 + small + ["--when-full", "skip", "--max-inflight", "1", "--inbox", "1",
+                                       "--steps-per-sample", "20"], tmp)
+            check(k and k["ok"], "summary ok (skip)")
+            check(k["samples_sent"] + k["samples_skipped"] == per_rank, "sent + skipped == sampled steps")
+            check(k["samples_sent"] == k["samples_received"] == k["samples_trained"] + k["samples_held_out"],
+                  "sent == received == trained + held out (skip)")
+            print(f"skip policy: {k['samples_skipped']} of {per_rank} samples skipped (counted)")
+        elif case == "learns":
+            _, j = run(mpi3 + small + ["--metrics", "m.csv"], tmp)
+            check(j and j["ok"], "summary ok")
+            first, final = j["first_val_err"], j["final_val_err"]
+            check(final < 0.5 * first, f"validation error {first:.4f} -> {final:.4f}, not below half")
+            with open(os.path.join(tmp, "m.csv")) as f:
+                rows = f.read().splitlines()
+            check(rows[0].endswith("sim_step,val_rel_err,samples_trained,samples_received") and len(rows) >= 4,
+                  "metrics CSV columns and rows")
+            check(os.path.getsize(os.path.join(tmp, "m.png")) > 0, "the PNG plot")
+        elif case == "thread_level":
+            _, a = run(mpi3 + small + ["--no-stream"], tmp)
+            out, b = run(mpi3 + small + ["--thread-level", "serialized"], tmp)
+            check("MPI_THREAD_MULTIPLE" in out and "without in-situ training" in out, "mpr_init's error is shown")
+            check(b and not b["stream"] and "stream_error" in b and b["ok"], "stream off, with the error")
+            check(a["checksum"] == b["checksum"], "the simulation's result is unchanged")
+        elif case == "bad_options":
+            out, _ = run([binary, "--every", "0"], tmp, expect=2)
+            check("every" in out, "names --every")
+            out, _ = run([binary, "--bogus"], tmp, expect=2)
+            check("bogus" in out, "names --bogus")
+            out, _ = run(mpiexec + ["-n", "2", binary, "--learners", "2"] + small, tmp, expect=2)
+            check("simulation rank" in out, "too few ranks")
+        else:
+            check(False, f"unknown case {case}")
+    print("insitu_test.py: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
