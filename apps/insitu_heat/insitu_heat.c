@@ -312,6 +312,7 @@ int main(int argc, char **argv) {
             st.stream = false;
         }
     }
+    app_print_placement(&cfg.common, NULL); /* --verbose: where every rank runs */
     if (!learner)
         run_simulation(&st, role_comm);
     else if (st.stream)
