@@ -182,7 +182,9 @@ static mpr_err_t validate(learner_t *l, double *err) {
 }
 
 static mpr_err_t report(learner_t *l, bool final) {
-    if (l->val_n == 0) return MPR_OK;
+    /* nothing to validate on yet, or no training sample yet (the scales come from the first one:
+     * samples may arrive out of order, handlers run on several pool threads) */
+    if (l->val_n == 0 || l->scale == 0) return MPR_OK;
     double err;
     mpr_err_t e = validate(l, &err);
     if (e) return e;
@@ -229,6 +231,10 @@ static mpr_err_t take(learner_t *l, inbox_sample_t s) {
             return e;
         }
         l->scale = ms > 0 ? sqrt(ms) : 1.0;
+        if (l->res.evals == 0 && (e = report(l, false))) { /* held-out samples came first: the untrained error */
+            sample_release(&s);
+            return e;
+        }
     }
     mpr_err_t e = MPR_OK;
     for (int k = 0; k < cfg->steps_per_sample && !e; k++) {
