@@ -59,6 +59,7 @@
 #include "mpri_args.h"
 #include "mpri_assert.h"
 #include "mpri_optim.h"
+#include "mpri_trace.h"
 
 #define CREATE_FN "mpirpc.dist_optim.create"
 #define STEP_FN "mpirpc.dist_optim.step"
@@ -419,7 +420,10 @@ static mpr_err_t call_owners(mpr_dist_optimizer_t *o, const char *fn, mpr_value_
 mpr_err_t mpr_dist_optimizer_step(mpr_dist_optimizer_t *opt, int64_t ctx_id) {
     MPRI_ARG_NONNULL(opt);
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_int(ctx_id));
+    bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
+    if (traced) mpri_trace_range_begin(MPRI_TCAT_OPTIM, "DistributedOptimizer step");
     mpr_err_t e = call_owners(opt, STEP_FN, args, "step", NULL, NULL);
+    if (traced) mpri_trace_range_end();
     mpr_value_release(args);
     return e;
 }

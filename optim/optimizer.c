@@ -20,6 +20,7 @@
 #include "mpirpc/tensor_ops.h"
 #include "mpri_autograd.h"
 #include "mpri_optim.h"
+#include "mpri_trace.h"
 
 mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tensor_t *const *params,
                                     int n, const mpr_optim_options_t *opts) {
@@ -162,7 +163,14 @@ mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *gr
     }
     if (e == MPR_OK) {
         bool prev = mpr_set_grad_enabled(false);
+        bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
+        if (traced) {
+            char name[48];
+            snprintf(name, sizeof name, "%s step", opt->vt->name);
+            mpri_trace_range_begin(MPRI_TCAT_OPTIM, name);
+        }
         e = run_step(opt, gs);
+        if (traced) mpri_trace_range_end();
         mpr_set_grad_enabled(prev);
     }
     for (int i = 0; i < k && i < n; i++) mpr_tensor_release(gs[i]);

@@ -303,7 +303,7 @@ mpr_err_t mpr_print_stats(FILE *out) {
     }
     const char *who = mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "";
     fprintf(m, "mpirpc statistics, %s (rank %d); latencies in us (p50/p90/p99)\n", who, mpri_rt.rank);
-    fprintf(m, "  %-24s %8s %6s %6s %10s %10s %9s %9s %9s | %8s %6s %10s %10s %9s %9s %9s\n", "function",
+    fprintf(m, "  %-32s %8s %6s %6s %10s %10s %9s %9s %9s | %8s %6s %10s %10s %9s %9s %9s\n", "function",
             "calls", "errors", "t/outs", "bytes_out", "bytes_in", "p50", "p90", "p99", "served", "errors",
             "bytes_in", "bytes_out", "p50", "p90", "p99");
     for (size_t i = 0; i < nf; i++) {
@@ -316,7 +316,7 @@ mpr_err_t mpr_print_stats(FILE *out) {
         fmt_us(d[1], 16, s->callee.latency.p90_s, s->callee.latency.count);
         fmt_us(d[2], 16, s->callee.latency.p99_s, s->callee.latency.count);
         fprintf(m,
-                "  %-24.24s %8" PRIu64 " %6" PRIu64 " %6" PRIu64 " %10" PRIu64 " %10" PRIu64
+                "  %-32.32s %8" PRIu64 " %6" PRIu64 " %6" PRIu64 " %10" PRIu64 " %10" PRIu64
                 " %s %s %s | %8" PRIu64 " %6" PRIu64 " %10" PRIu64 " %10" PRIu64 " %s %s %s\n",
                 s->name, s->caller.calls, s->caller.errors, s->caller.timeouts, s->caller.bytes_out,
                 s->caller.bytes_in, c[0], c[1], c[2], s->callee.calls, s->callee.errors, s->callee.bytes_in,
@@ -325,11 +325,11 @@ mpr_err_t mpr_print_stats(FILE *out) {
     if (atomic_load(&S.overflow))
         fprintf(m, "  (%" PRIu64 " calls of functions beyond the first %d not counted)\n",
                 (uint64_t)atomic_load(&S.overflow), MAX_FUNCTIONS);
-    fprintf(m, "  %-24s %10s %12s %10s %12s\n", "peer", "msgs_sent", "bytes_sent", "msgs_recv", "bytes_recv");
+    fprintf(m, "  %-32s %10s %12s %10s %12s\n", "peer", "msgs_sent", "bytes_sent", "msgs_recv", "bytes_recv");
     for (size_t r = 0; r < np; r++) {
         char peer[MPR_MAX_NAME_LEN + 32];
         snprintf(peer, sizeof peer, "%s (rank %d)", mpri_rt.workers ? mpri_rt.workers[r].name : "?", (int)r);
-        fprintf(m, "  %-24.24s %10" PRIu64 " %12" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n", peer, ps[r].msgs_sent,
+        fprintf(m, "  %-32.32s %10" PRIu64 " %12" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n", peer, ps[r].msgs_sent,
                 ps[r].bytes_sent, ps[r].msgs_received, ps[r].bytes_received);
     }
     fclose(m);

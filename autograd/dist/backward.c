@@ -87,6 +87,7 @@
 #include "mpri_future.h"
 #include "mpri_pool.h"
 #include "mpri_tensor.h"
+#include "mpri_trace.h"
 
 #define PASS_BITS 48
 
@@ -565,7 +566,10 @@ static void handle_backward(mpri_msg_t *msg) {
         mpr_value_release(grads);
         return refuse(msg, c ? e : MPR_ERR_NOT_FOUND, text);
     }
+    bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
+    if (traced) mpri_trace_range_begin(MPRI_TCAT_AUTOGRAD, "dist backward (piece)");
     piece_run_send(&p, msg->hdr.autograd_message_id, grads);
+    if (traced) mpri_trace_range_end();
     mpr_value_release(grads);
     /* DONE: answer the request. */
     if (mpr_future_error(p.result) == MPR_OK)
@@ -615,8 +619,11 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
     }
     piece_t p;
     if (!e && !(e = piece_init(&p, c, pass_id, retain_graph, NULL, NULL))) {
+        bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
+        if (traced) mpri_trace_range_begin(MPRI_TCAT_AUTOGRAD, "dist backward (root)");
         piece_run(&p, n, edges, ones);
         piece_wait(&p);
+        if (traced) mpri_trace_range_end();
         MPRI_ASSERT(piece_done(&p), "the root's wait ends only in DONE");
         e = mpr_future_error(p.result);
         if (e) {
