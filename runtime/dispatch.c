@@ -120,12 +120,16 @@ static void observe_incoming(mpri_msg_t *msg) {
 }
 
 /* Tracing/statistics on: a reply completes its future, timed (trace) and
- * counted against its call (statistics). */
+ * counted against its call (statistics) before the future completes, so a
+ * caller that got its result sees its call counted. */
 static void complete_observed(mpri_msg_t *msg) {
     uint64_t fn = 0;
     int64_t started = 0;
     mpr_future_t *f = mpri_pending_take_call(msg->hdr.request_id, &fn, &started);
     if (!f) return; /* a late reply to a request that timed out */
+    if (fn && mpri_observing(MPRI_OBSERVE_STATS))
+        mpri_stats_call_done(fn, started ? msg->recv_ns - started : -1, msg->wire_bytes,
+                             (msg->hdr.flags & MPRI_FLAG_ERROR) != 0, false);
     int64_t t0 = mpri_now_ns();
     complete_from_reply(f, msg);
     mpr_future_release(f);
@@ -133,9 +137,6 @@ static void complete_observed(mpri_msg_t *msg) {
     if (mpri_observing(MPRI_OBSERVE_TRACE))
         mpri_trace_msg(MPRI_TEV_REPLY_IN, t0, t1 - t0, msg->hdr.kind, msg->hdr.flags, msg->hdr.request_id, fn,
                        msg->src, msg->wire_bytes);
-    if (fn && mpri_observing(MPRI_OBSERVE_STATS))
-        mpri_stats_call_done(fn, started ? msg->recv_ns - started : -1, msg->wire_bytes,
-                             (msg->hdr.flags & MPRI_FLAG_ERROR) != 0, false);
 }
 
 static void drop_handler_task(void *arg) { mpri_msg_done(arg); }
