@@ -48,9 +48,7 @@ static mpr_err_t send_backward(mpri_node_t *node, mpr_tensor_t *const *gout, mpr
 static const mpri_op_def_t send_def = {.name = "SendRpcBackward", .backward = send_backward};
 
 mpr_err_t mpri_dist_record_send(mpri_dist_ctx_t *c, mpri_outmsg_t *m, int dst) {
-    uint64_t msg_id = mpri_dist_next_msg_id();
     m->hdr.autograd_context_id = (uint64_t)c->id;
-    m->hdr.autograd_message_id = msg_id;
     int k = 0;
     for (uint32_t i = 0; i < m->tensors.len; i++) k += mpri_tensor_wire_requires_grad(m->tensors.orig[i]);
     mpri_node_t *node = NULL;
@@ -74,6 +72,11 @@ mpr_err_t mpri_dist_record_send(mpri_dist_ctx_t *c, mpri_outmsg_t *m, int dst) {
         MPRI_ASSERT(j == k, "a send function covers every tensor flagged requires_grad");
     }
     pthread_mutex_lock(&c->lock);
+    /* The id is drawn under the context's lock: threads sending in one context at
+     * once (e.g. callbacks on the pool) then append their send functions in id
+     * order, which the context's sorted list of sends requires. */
+    uint64_t msg_id = mpri_dist_next_msg_id();
+    m->hdr.autograd_message_id = msg_id;
     mpr_err_t e = MPR_OK;
     if (c->ended)
         e = mpr_error_set(MPR_ERR_STATE, "dist autograd context %" PRId64 " was ended (by another thread)", c->id);

@@ -9,7 +9,7 @@
  * RRefs elsewhere and RRef.backward; tensors that do not require grad mixed
  * in; several roots; an async function whose then-callback extends the
  * graph; retain_graph twice; two concurrent contexts over
- * shared parameters; an error in backward on a remote rank; cleanup on
+ * shared parameters; several threads sending in one context; an error in backward on a remote rank; cleanup on
  * every rank (counted); the leak loop; use after end; replies outliving
  * their context; requires_grad on the wire (self and remote). */
 #include <math.h>
@@ -490,6 +490,77 @@ static void test_concurrent_contexts(void) {
     mpr_tensor_release(w);
 }
 
+/* Several threads of this rank sending in ONE context at once (as a
+ * pipeline's future callbacks do): every call is recorded and the gradient
+ * sums them all. Before the fix, two threads could draw message ids in one
+ * order and append their send functions in the other: an invariant abort
+ * in about half the runs on 2 cores; a race, so not in every run). */
+#define SHARED_THREADS 4
+#define SHARED_CALLS 100
+
+typedef struct {
+    int64_t ctx;
+    mpr_tensor_t *w, *x;
+    mpr_tensor_t **ys; /* [SHARED_CALLS]: this thread's outputs */
+} shared_arg_t;
+
+static void *shared_context_sender(void *arg) {
+    shared_arg_t *a = arg;
+    CHECK_OK(mpr_dist_context_set_current(a->ctx, NULL));
+    mpr_future_t *fs[SHARED_CALLS];
+    for (int i = 0; i < SHARED_CALLS; i++) {
+        mpr_value_t *args = tensors2(a->w, a->x);
+        fs[i] = mpr_rpc_async(mpr_to_rank(1 + i % 2), "mm", args, 60);
+        mpr_value_release(args);
+    }
+    for (int i = 0; i < SHARED_CALLS; i++) {
+        mpr_value_t *r = NULL;
+        mpr_tensor_t *t = NULL;
+        CHECK_OK(mpr_future_get(fs[i], 60, &r));
+        CHECK_OK(mpr_value_get_tensor(r, &t));
+        a->ys[i] = mpr_tensor_retain(t);
+        mpr_value_release(r);
+        mpr_future_release(fs[i]);
+    }
+    CHECK_OK(mpr_dist_context_set_current(0, NULL));
+    return NULL;
+}
+
+static void test_threads_share_context(void) {
+    if (me != 0) return;
+    mpr_tensor_t *w = filled(3, 4, 0.2, true), *x = filled(4, 2, 0.9, false);
+    mpr_tensor_t *ys[SHARED_THREADS * SHARED_CALLS];
+    int64_t ctx;
+    CHECK_OK(mpr_dist_context_begin(&ctx));
+    pthread_t th[SHARED_THREADS];
+    shared_arg_t args[SHARED_THREADS];
+    for (int t = 0; t < SHARED_THREADS; t++) {
+        args[t] = (shared_arg_t){ctx, w, x, ys + t * SHARED_CALLS};
+        pthread_create(&th[t], NULL, shared_context_sender, &args[t]);
+    }
+    for (int t = 0; t < SHARED_THREADS; t++) pthread_join(th[t], NULL);
+    mpr_scope_begin();
+    mpr_tensor_t *loss = NULL;
+    for (int i = 0; i < SHARED_THREADS * SHARED_CALLS; i++) {
+        mpr_tensor_t *l = mpr_sum(mpr_tanh(ys[i]));
+        loss = loss ? mpr_add(loss, l) : l;
+    }
+    CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
+    mpr_scope_end();
+    mpr_tensor_t *g = ctx_grad(ctx, w);
+    /* the same locally: every call's sum(tanh(w x)) */
+    mpr_scope_begin();
+    mpr_tensor_t *ll = mpr_mul_scalar(mpr_sum(mpr_tanh(mpr_matmul(w, x))), SHARED_THREADS * SHARED_CALLS);
+    CHECK_OK(mpr_backward(ll, NULL, false));
+    mpr_scope_end();
+    check_close(g, mpr_tensor_grad(w), "threads sharing a context dL/dw");
+    mpr_tensor_release(g);
+    CHECK_OK(mpr_dist_context_end(ctx));
+    for (int i = 0; i < SHARED_THREADS * SHARED_CALLS; i++) mpr_tensor_release(ys[i]);
+    mpr_tensor_release(w);
+    mpr_tensor_release(x);
+}
+
 static void test_remote_error_in_backward(void) {
     if (me != 0) return;
     mpr_tensor_t *w = filled(2, 2, 0.3, true);
@@ -840,6 +911,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_retain_graph);
     RUN_TEST(test_rref_paths);
     RUN_TEST(test_concurrent_contexts);
+    RUN_TEST(test_threads_share_context);
     RUN_TEST(test_remote_error_in_backward);
     RUN_TEST(test_cleanup_everywhere);
     RUN_TEST(test_misuse);

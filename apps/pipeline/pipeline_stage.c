@@ -1,0 +1,244 @@
+/* pipeline_stage.c — the pipeline app's stage (pipeline_stage.h): the
+ * RemoteModule kind and the per-rank calls on the stage it holds.
+ *
+ * Invariants: `held` points to this rank's stage while its module lives
+ * (set by the constructor, cleared by the module's ctx destructor, both
+ * under held_lock); a stage's module and parameters are touched only under
+ * its own lock (forward, profile, gradients, state, load), so the
+ * micro-batches' forwards never run concurrently on one stage. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "fmnist_models.h"
+#include "mpirpc/mpirpc.h"
+#include "pipeline_stage.h"
+
+typedef struct stage {
+    pthread_mutex_t lock;
+    mpr_module_t *net; /* borrowed: the module's child "net" */
+    int n;             /* parameters */
+    mpr_tensor_t **params; /* borrowed from net */
+    char **keys;       /* "model.<group>.<name>" per parameter */
+} stage_t;
+
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static stage_t *held;
+
+void pipeline_param_key(int group, const char *name, char *buf, size_t cap) {
+    snprintf(buf, cap, "model.%d.%s", group, name);
+}
+
+static void stage_free(void *ctx) {
+    stage_t *st = ctx;
+    pthread_mutex_lock(&held_lock);
+    if (held == st) held = NULL;
+    pthread_mutex_unlock(&held_lock);
+    for (int i = 0; st->keys && i < st->n; i++) free(st->keys[i]);
+    free(st->keys);
+    free(st->params);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static mpr_tensor_t *stage_forward(mpr_module_t *self, mpr_tensor_t *x, void *ctx) {
+    (void)self;
+    stage_t *st = ctx;
+    bool prev = mpr_set_grad_enabled(mpr_dist_context_current() != 0 && mpr_grad_enabled());
+    pthread_mutex_lock(&st->lock);
+    mpr_tensor_t *y = mpr_module_forward(st->net, x);
+    pthread_mutex_unlock(&st->lock);
+    mpr_set_grad_enabled(prev);
+    return y;
+}
+
+/* The keys of net's parameters: "<local group>.<rest>" -> "model.<first + local group>.<rest>". */
+static mpr_err_t make_keys(stage_t *st, int first) {
+    st->params = calloc((size_t)st->n, sizeof *st->params);
+    st->keys = calloc((size_t)st->n, sizeof *st->keys);
+    if (!st->params || !st->keys) return mpr_error_set(MPR_ERR_NOMEM, "pipeline stage: out of memory");
+    for (int i = 0; i < st->n; i++) {
+        const char *name;
+        st->params[i] = mpr_module_parameter(st->net, i, &name);
+        char *rest;
+        long local = strtol(name, &rest, 10);
+        char key[256];
+        pipeline_param_key(first + (int)local, *rest == '.' ? rest + 1 : rest, key, sizeof key);
+        if (!(st->keys[i] = strdup(key))) return mpr_error_set(MPR_ERR_NOMEM, "pipeline stage: out of memory");
+    }
+    return MPR_OK;
+}
+
+/* [model kind, first group, group count, seed] -> the stage module */
+static mpr_module_t *stage_ctor(const mpr_value_t *args, int device, void *user_data) {
+    (void)user_data;
+    const char *kind;
+    int64_t first, count, seed;
+    if (mpr_args_unpack(args, "slll", &kind, &first, &count, &seed)) return NULL;
+    if (device >= 0) {
+        mpr_error_set(MPR_ERR_UNSUPPORTED, "pipeline stage: CPU only");
+        return NULL;
+    }
+    stage_t *st = calloc(1, sizeof *st);
+    if (!st) {
+        mpr_error_set(MPR_ERR_NOMEM, "pipeline stage: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&st->lock, NULL);
+    mpr_module_t *m = mpr_module_create("PipelineStage", stage_forward, st, stage_free);
+    if (!m) {
+        stage_free(st);
+        return NULL;
+    }
+    mpr_module_t *net = app_fmnist_group_create(kind, (int)first, (int)count, (uint64_t)seed);
+    if (!net || mpr_module_add_child(m, "net", net)) {
+        mpr_module_destroy(m);
+        return NULL;
+    }
+    st->net = net;
+    st->n = mpr_module_num_parameters(net);
+    if (make_keys(st, (int)first)) {
+        mpr_module_destroy(m);
+        return NULL;
+    }
+    pthread_mutex_lock(&held_lock);
+    bool taken = held != NULL;
+    if (!taken) held = st;
+    pthread_mutex_unlock(&held_lock);
+    if (taken) {
+        mpr_module_destroy(m);
+        mpr_error_set(MPR_ERR_EXISTS, "pipeline stage: this rank already holds a stage");
+        return NULL;
+    }
+    return m;
+}
+
+/* This rank's stage, locked (unlock with pthread_mutex_unlock(&st->lock)). */
+static stage_t *lock_held(void) {
+    pthread_mutex_lock(&held_lock);
+    stage_t *st = held;
+    if (st) pthread_mutex_lock(&st->lock);
+    pthread_mutex_unlock(&held_lock);
+    if (!st) mpr_error_set(MPR_ERR_NOT_FOUND, "pipeline: this rank holds no stage");
+    return st;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* [x, reps] -> [median ms of forward + backward, output] */
+static mpr_err_t profile_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
+    (void)call;
+    mpr_tensor_t *x;
+    int64_t reps;
+    mpr_err_t e = mpr_args_unpack(args, "tl", &x, &reps);
+    if (e) return e;
+    if (reps < 1 || reps > 1000) return mpr_error_set(MPR_ERR_INVALID_ARG, "pipeline.profile: reps %lld", (long long)reps);
+    stage_t *st = lock_held();
+    if (!st) return mpr_last_error_code();
+    double *ms = calloc((size_t)reps, sizeof *ms);
+    mpr_tensor_t *out = NULL;
+    if (!ms) e = mpr_error_set(MPR_ERR_NOMEM, "pipeline.profile: out of memory");
+    bool prev = mpr_set_grad_enabled(true);
+    for (int64_t r = -1; !e && r < reps; r++) { /* r = -1: warm-up */
+        mpr_scope_begin();
+        double t0 = app_now();
+        mpr_tensor_t *y = mpr_module_forward(st->net, x);
+        mpr_tensor_t *loss = y ? mpr_sum(y) : NULL;
+        if (!loss || mpr_backward(loss, NULL, false)) e = mpr_last_error_code();
+        if (r >= 0) ms[r] = (app_now() - t0) * 1e3;
+        if (!e && r == reps - 1) out = mpr_scope_escape(mpr_detach(y));
+        mpr_scope_end();
+        mpr_module_zero_grad(st->net);
+    }
+    mpr_set_grad_enabled(prev);
+    pthread_mutex_unlock(&st->lock);
+    if (!e) {
+        qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
+        e = mpr_return(result, "dT", ms[reps / 2], out);
+    } else {
+        mpr_tensor_release(out);
+    }
+    free(ms);
+    return e;
+}
+
+/* [ctx id] -> [gradient per parameter] */
+static mpr_err_t grads_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
+    (void)call;
+    int64_t ctx;
+    mpr_err_t e = mpr_args_unpack(args, "l", &ctx);
+    if (e) return e;
+    stage_t *st = lock_held();
+    if (!st) return mpr_last_error_code();
+    mpr_value_t *list = mpr_value_new_list();
+    if (!list) e = mpr_last_error_code();
+    for (int i = 0; !e && i < st->n; i++) {
+        mpr_tensor_t *g = NULL;
+        if ((e = mpr_dist_get_gradient(ctx, st->params[i], &g))) break;
+        if (!g && !(g = mpr_zeros_like(st->params[i]))) e = mpr_last_error_code();
+        if (!e) e = mpr_value_list_append(list, mpr_value_new_tensor(g));
+        mpr_tensor_release(g);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (e) {
+        mpr_value_release(list);
+        return e;
+    }
+    *result = list;
+    return MPR_OK;
+}
+
+/* [] -> bytes (.safetensors of "model.<group>.<name>") */
+static mpr_err_t state_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
+    (void)call, (void)args;
+    mpr_tensor_dict_t *d = mpr_tensor_dict_create();
+    if (!d) return mpr_last_error_code();
+    stage_t *st = lock_held();
+    if (!st) {
+        mpr_tensor_dict_destroy(d);
+        return mpr_last_error_code();
+    }
+    void *buf = NULL;
+    size_t len = 0;
+    mpr_err_t e = app_dict_add_tensors(d, "", st->n, (const char *const *)st->keys, st->params);
+    if (!e) e = mpr_safetensors_encode(d, &buf, &len);
+    pthread_mutex_unlock(&st->lock);
+    mpr_tensor_dict_destroy(d);
+    if (!e && !(*result = mpr_value_new_bytes(buf, len))) e = mpr_last_error_code();
+    free(buf);
+    return e;
+}
+
+/* [bytes of a checkpoint] -> none */
+static mpr_err_t load_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
+    (void)call, (void)result;
+    const void *buf;
+    size_t len;
+    mpr_err_t e = mpr_args_unpack(args, "y", &buf, &len);
+    if (e) return e;
+    mpr_tensor_dict_t *d = mpr_safetensors_decode(buf, len, "checkpoint");
+    if (!d) return mpr_last_error_code();
+    stage_t *st = lock_held();
+    if (st) {
+        e = app_dict_copy_into_tensors(d, "", st->n, (const char *const *)st->keys, st->params);
+        pthread_mutex_unlock(&st->lock);
+    } else {
+        e = mpr_last_error_code();
+    }
+    mpr_tensor_dict_destroy(d);
+    return e;
+}
+
+mpr_err_t pipeline_stage_register(void) {
+    mpr_err_t e = mpr_register_module_kind(PIPELINE_STAGE_KIND, stage_ctor, NULL);
+    if (!e) e = mpr_register_function(PIPELINE_PROFILE_FN, profile_fn, NULL);
+    if (!e) e = mpr_register_function(PIPELINE_GRADS_FN, grads_fn, NULL);
+    if (!e) e = mpr_register_function(PIPELINE_STATE_FN, state_fn, NULL);
+    if (!e) e = mpr_register_function(PIPELINE_LOAD_FN, load_fn, NULL);
+    return e;
+}
