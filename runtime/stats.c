@@ -29,8 +29,8 @@
 #define MAX_FUNCTIONS 512 /* power of two */
 
 typedef struct {
-    atomic_uint_fast64_t buckets[NBUCKETS];
-    atomic_uint_fast64_t count, max_ns;
+    atomic_uint_fast64_t buckets[NBUCKETS]; /* the count is their sum (one atomic add per value) */
+    atomic_uint_fast64_t max_ns;
 } histogram_t;
 
 typedef struct {
@@ -90,9 +90,9 @@ static double bucket_mid(int b) {
 static void hist_add(histogram_t *h, int64_t ns) {
     uint64_t v = ns > 0 ? (uint64_t)ns : 0;
     atomic_fetch_add_explicit(&h->buckets[bucket_of(v)], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
     uint64_t m = atomic_load_explicit(&h->max_ns, memory_order_relaxed);
-    while (v > m && !atomic_compare_exchange_weak(&h->max_ns, &m, v)) {
+    while (v > m && !atomic_compare_exchange_weak_explicit(&h->max_ns, &m, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
     }
 }
 

@@ -348,10 +348,11 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns);
 static mpr_err_t send_observed(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     mpri_wire_header_t h = m->hdr;
     uint64_t bytes = m->wire.len + m->tensors.total_bytes;
-    int64_t t0 = mpri_now_ns();
+    bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
+    int64_t t0 = traced ? mpri_now_ns() : 0;
     mpr_err_t e = send_until(dst, m, give_up_ns);
     if (e == MPR_OK) {
-        if (mpri_observing(MPRI_OBSERVE_TRACE))
+        if (traced)
             mpri_trace_msg(MPRI_TEV_SEND, t0, mpri_now_ns() - t0, h.kind, h.flags, h.request_id, h.function_id, dst,
                            bytes);
         if (mpri_observing(MPRI_OBSERVE_STATS)) mpri_stats_peer_sent(dst, bytes);

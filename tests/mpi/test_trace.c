@@ -357,6 +357,12 @@ static int run_bad_env(void) {
     mpr_value_t *r = NULL;
     CHECK_OK(mpr_rpc_sync_take(mpr_to_rank((rank + 1) % 3), "tr_add", ints2(rank, 1), 30, &r));
     mpr_value_release(r);
+    mpr_function_stats_t *s; /* MPIRPC_STATS=1 turned counting on */
+    size_t n;
+    CHECK_OK(mpr_get_function_stats(&s, &n));
+    const mpr_function_stats_t *f = find(s, n, "tr_add");
+    CHECK(f && f->caller.calls == 1 && f->caller.latency.count == 1);
+    free(s);
     CHECK_OK(mpr_shutdown(true)); /* prints the statistics tables, in rank order */
     if (rank == 2) printf("bad-env run ok\n");
     MPI_Finalize();
