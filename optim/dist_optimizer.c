@@ -344,26 +344,25 @@ mpr_dist_optimizer_t *mpr_dist_optimizer_create(const char *kind, const mpr_opti
         if (k == o->n_owners) o->owner_ranks[o->n_owners++] = w.rank;
         owner_of[i] = k;
     }
-    o->n_params = n;
+    if (!e) o->n_params = n;
     mpr_value_t *opt_bytes = e ? NULL : mpr_value_new_bytes(opts, sizeof *opts);
     if (!e && !opt_bytes) e = mpr_last_error_code();
     for (int k = 0; !e && k < o->n_owners; k++) {
         mpr_value_t *group = mpr_value_new_list(), *indices = mpr_value_new_list();
+        bool ok = group && indices;
         int in_group = 0;
-        for (int i = 0; group && indices && i < n; i++)
+        for (int i = 0; ok && i < n; i++)
             if (owner_of[i] == k) {
-                if (mpr_value_list_append(group, mpr_value_new_rref(params[i])) != MPR_OK ||
-                    mpr_value_list_append(indices, mpr_value_new_int(i)) != MPR_OK) {
-                    mpr_value_release(group);
-                    group = NULL;
-                }
+                ok = mpr_value_list_append(group, mpr_value_new_rref(params[i])) == MPR_OK &&
+                     mpr_value_list_append(indices, mpr_value_new_int(i)) == MPR_OK;
                 in_group++;
             }
-        MPRI_ASSERT(!group || in_group >= 1, "every owner found holds at least one parameter");
-        mpr_value_t *args = group && indices ? mpr_value_list_of(5, mpr_value_new_string(kind), mpr_value_retain(opt_bytes),
-                                                                 group, indices, mpr_value_new_int(n))
-                                             : NULL;
-        if (!args) {
+        MPRI_ASSERT(!ok || in_group >= 1, "every owner found holds at least one parameter");
+        mpr_value_t *args = NULL;
+        if (ok) { /* list_of takes group and indices, even when it fails */
+            args = mpr_value_list_of(5, mpr_value_new_string(kind), mpr_value_retain(opt_bytes), group, indices,
+                                     mpr_value_new_int(n));
+        } else {
             mpr_value_release(group);
             mpr_value_release(indices);
         }

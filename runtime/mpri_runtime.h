@@ -87,6 +87,9 @@ typedef struct mpri_outmsg {
     mpri_buf_t wire;          /* the encoded message: room for the header, the body, then
                                * (added by send) the tensor descriptors */
     mpri_tensor_list_t tensors;
+    bool left;                /* set by send once the message is on its way (its header
+                               * posted to MPI, or queued for this rank): the receiver
+                               * will see it, whatever send returns afterwards */
 } mpri_outmsg_t;
 
 void mpri_outmsg_init(mpri_outmsg_t *m, int kind);

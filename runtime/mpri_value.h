@@ -51,11 +51,13 @@ typedef struct mpri_opaque_value_ops {
     mpr_err_t (*encode)(void *p, struct mpri_buf *out, int dst_rank);
     /* Read the wire form; returns a new reference in *out. `src_rank` sent it. */
     mpr_err_t (*decode)(struct mpri_reader *in, int src_rank, void **out);
-    /* Optional: bracket every top-level mpri_value_encode (nesting allowed),
-     * so side effects of `encode` (an RRef fork) are undone when the whole
-     * encode fails (ok == false). */
-    void (*encode_begin)(void);
-    void (*encode_end)(bool ok);
+    /* Optional: bracket every mpri_value_encode (nesting allowed: begin
+     * returns a mark, end takes it back), so side effects of `encode` (an
+     * RRef fork) are undone when the encode fails (ok == false); an outer
+     * bracket (a call that then sends the message) decides for what the
+     * inner ones kept. */
+    size_t (*encode_begin)(void);
+    void (*encode_end)(size_t mark, bool ok);
 } mpri_opaque_value_ops_t;
 
 void mpri_value_set_opaque_ops(mpr_value_kind_t kind, const mpri_opaque_value_ops_t *ops);

@@ -58,6 +58,7 @@ static void spare_key_create(void) { pthread_key_create(&spare_key, spare_free);
 
 void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
     memset(&m->hdr, 0, sizeof m->hdr);
+    m->left = false;
     m->hdr.kind = (uint8_t)kind;
     if (spare.data) {
         m->wire = spare;
@@ -326,6 +327,7 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
         tx.inbox_head = msg;
     tx.inbox_tail = msg;
     pthread_mutex_unlock(&tx.inbox_lock);
+    m->left = true;
     mpri_event_signal();
     return MPR_OK;
 }
@@ -424,6 +426,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     int posted = 0, rc = MPI_Isend(m->wire.data, (int)m->wire.len, MPI_BYTE, dst, MPRI_TAG_AM,
                                    mpri_rt.comm, &reqs[0]);
     if (rc == MPI_SUCCESS) posted = 1;
+    m->left = posted > 0;
     size_t pack_at = 0;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
         size_t pack_bytes = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);

@@ -204,10 +204,10 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
 mpr_err_t mpri_value_encode(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_list_t *tensors,
                             int dst_rank) {
     const mpri_opaque_value_ops_t *rref = mpri_value_opaque_ops(MPR_VALUE_RREF);
-    if (rref && rref->encode_begin) rref->encode_begin();
+    size_t mark = rref && rref->encode_begin ? rref->encode_begin() : 0;
     mpr_err_t e = encode_rec(v, out, tensors, dst_rank, 0);
     if (!e && out->failed) e = mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
-    if (rref && rref->encode_end) rref->encode_end(e == MPR_OK);
+    if (rref && rref->encode_end) rref->encode_end(mark, e == MPR_OK);
     return e;
 }
 

@@ -23,10 +23,13 @@ void mpri_rref_send_child_accept(int parent, mpri_gid_t fork);
 void mpri_rref_record_begin(void);
 mpr_future_t *mpri_rref_record_end(void);
 void mpri_rref_record_ready_future(mpr_future_t *f);
-/* Bracket an encode of a message's value: if it fails (ok false), the forks
- * its RRefs recorded are undone, since the message will never be sent. */
-void mpri_rref_encode_begin(void);
-void mpri_rref_encode_end(bool ok);
+/* Bracket the encode of a message's values and, for a call, its send:
+ * begin returns a mark; end(mark, false) undoes the forks the RRefs encoded
+ * since the mark registered, since the message never left; end(mark, true)
+ * keeps them (for an enclosing bracket to decide, or for good at the
+ * outermost). Brackets nest per thread. */
+size_t mpri_rref_encode_begin(void);
+void mpri_rref_encode_end(size_t mark, bool ok);
 
 /* RRef value ops, control handlers, and the context's delete sender; in the
  * api layer's ordered init (init.c), after mpri_rref_context_install. */

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "mpri_args.h"
-#include "mpri_args.h"
 #include "mpri_future.h"
 #include "mpri_registry.h"
+#include "mpri_rref_proto.h"
 #include "mpri_runtime.h"
 
 static mpr_future_t *failed_future(mpr_err_t code) {
@@ -25,12 +25,20 @@ mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *ar
     int rank;
     if ((e = mpr_dest_rank(to, &rank))) return failed_future(e);
     mpri_outmsg_t m;
-    if ((e = mpri_call_msg_begin(&m, MPRI_MSG_CALL, "rpc", fn, args)) ||
-        (e = mpri_call_msg_args(&m, "rpc", fn, args, rank)))
+    if ((e = mpri_call_msg_begin(&m, MPRI_MSG_CALL, "rpc", fn, args))) return failed_future(e);
+    /* RRefs in the arguments register forks as they are encoded: kept only
+     * if the message leaves (a reply future or a send that fails first
+     * would otherwise leave the owner's value forked for good). */
+    size_t mark = mpri_rref_encode_begin();
+    if ((e = mpri_call_msg_args(&m, "rpc", fn, args, rank))) {
+        mpri_rref_encode_end(mark, false);
         return failed_future(e);
+    }
     char label[80];
     snprintf(label, sizeof label, "rpc '%.60s'", fn);
-    return mpri_request(rank, &m, timeout_s, label);
+    mpr_future_t *f = mpri_request(rank, &m, timeout_s, label);
+    mpri_rref_encode_end(mark, m.left);
+    return f;
 }
 
 mpr_err_t mpr_rpc_sync(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s,

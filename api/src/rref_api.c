@@ -15,6 +15,7 @@
 #include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
+#include "mpri_rref_proto.h"
 #include "mpri_runtime.h"
 #include "mpri_value.h"
 
@@ -64,7 +65,11 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     if ((e = mpri_call_msg_begin(&m, MPRI_MSG_REMOTE_CALL, "remote", fn, args))) return NULL;
     mpri_gid_put(&m.wire, id);
     mpri_gid_put(&m.wire, fork);
-    if ((e = mpri_call_msg_args(&m, "remote", fn, args, rank))) return NULL;
+    size_t mark = mpri_rref_encode_begin(); /* the arguments' forks stay only if the message leaves */
+    if ((e = mpri_call_msg_args(&m, "remote", fn, args, rank))) {
+        mpri_rref_encode_end(mark, false);
+        return NULL;
+    }
     creation_t *c = calloc(1, sizeof *c);
     mpr_rref_t *r = NULL;
     if (c && self) {
@@ -90,6 +95,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
         }
         free(c);
         mpri_outmsg_fini(&m);
+        mpri_rref_encode_end(mark, false);
         mpr_error_set(MPR_ERR_NOMEM, "remote '%s': out of memory", fn);
         return NULL;
     }
@@ -97,6 +103,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     snprintf(label, sizeof label, "remote '%.60s'", fn);
     atomic_fetch_add(&CTX.unacked_ctrl_msgs, 1);
     mpr_future_t *f = mpri_request(rank, &m, timeout_s, label);
+    mpri_rref_encode_end(mark, m.left);
     if (!f) {
         mpr_future_t *failed = mpr_future_create();
         if (failed) mpr_future_set_error(failed, MPR_ERR_NOMEM, "remote: out of memory");

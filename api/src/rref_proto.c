@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "mpri_assert.h"
 #include "mpri_call.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
@@ -197,7 +198,13 @@ mpr_future_t *mpri_rref_record_end(void) {
     return done;
 }
 
-/* ---- encode journal: forks made by an encode that then fails are undone ---- */
+/* ---- encode journal: forks of a message that never leaves are undone ----
+ * A thread's journal lists the forks its open brackets registered, oldest
+ * first; a bracket owns the entries from its mark on. Closing it with
+ * ok == false undoes and drops them (the message they were written into
+ * will never reach anyone); with ok == true they stay for the enclosing
+ * bracket, and the outermost one drops them for good. Invariant: depth 0
+ * <=> no entry (MPRI_ASSERT). */
 
 typedef struct {
     mpr_rref_t *r;
@@ -210,13 +217,17 @@ static _Thread_local struct {
     size_t n, cap;
 } jr;
 
-void mpri_rref_encode_begin(void) {
-    if (jr.depth++ == 0) jr.n = 0;
+size_t mpri_rref_encode_begin(void) {
+    MPRI_ASSERT(jr.depth > 0 || jr.n == 0, "an RRef encode journal is empty outside every bracket");
+    jr.depth++;
+    return jr.n;
 }
 
-void mpri_rref_encode_end(bool ok) {
-    if (--jr.depth > 0) return;
-    for (size_t i = 0; i < jr.n; i++) {
+void mpri_rref_encode_end(size_t mark, bool ok) {
+    MPRI_ASSERT(jr.depth > 0 && mark <= jr.n, "encode brackets close in the order they opened");
+    jr.depth--;
+    if (ok && jr.depth > 0) return; /* the enclosing bracket decides */
+    for (size_t i = mark; i < jr.n; i++) {
         journal_ent_t *j = &jr.items[i];
         if (!ok) { /* the message will never be sent: take the fork back */
             if (j->r->is_owner)
@@ -226,9 +237,12 @@ void mpri_rref_encode_end(bool ok) {
         }
         mpr_rref_release(j->r);
     }
-    free(jr.items);
-    jr.items = NULL;
-    jr.n = jr.cap = 0;
+    jr.n = mark;
+    if (jr.depth == 0) {
+        free(jr.items);
+        jr.items = NULL;
+        jr.cap = 0;
+    }
 }
 
 static void journal_add(mpr_rref_t *r, mpri_gid_t fork) {

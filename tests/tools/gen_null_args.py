@@ -45,6 +45,8 @@ NULL_OK = {
     ("mpr_init", "opts"): "NULL means the defaults",
     ("mpr_optimizer_state_export", "prefix"): "NULL means no prefix",
     ("mpr_optimizer_state_import", "prefix"): "NULL means no prefix",
+    ("mpr_dist_optimizer_state_export", "prefix"): "NULL means no prefix",
+    ("mpr_dist_optimizer_state_import", "prefix"): "NULL means no prefix",
     ("mpr_module_create", "ctx"): "opaque user data",
     ("mpr_module_create", "ctx_free"): "nothing to free",
     ("mpr_module_parameter", "name"): "the name is optional",

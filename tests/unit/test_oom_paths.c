@@ -433,19 +433,16 @@ static const oom_table_entry_t oom_extra_cases[] = {
     {case_autograd, "ops with autograd + backward"},
 };
 
-/* Known leak, not fixed yet: a call message that fails after its RRef
- * argument was encoded (the reply future or the send runs out of memory)
- * keeps the fork the encode registered on the owner, so the owner's value is
- * never freed. The encode journal (rref_proto.c) only undoes forks of an
- * encode that itself fails; undoing them after a failed send needs the
- * transport to say whether anything left. These cases are still held to the
- * error contract and must not crash; their leaks are reported, not failed. */
-/* The same leak, through calls that carry RRefs: a DistributedOptimizer's
- * creation (parameter RRefs in a remote()) and a RemoteModule's forward (a
- * proxy call on the module's RRef). */
+/* Known leaks, not fixed yet: reported, not failed. A call whose message
+ * never left (its encode, its reply future or its send ran out of memory)
+ * now undoes its RRef arguments' forks (the encode journal,
+ * api/src/rref_proto.c, spans the send); what still leaks is on the
+ * receiving side when allocations keep failing: a call to this worker
+ * itself is decoded (the RRef argument becomes an owner handle) and its
+ * handling then runs out of memory, leaving the decoded fork. These cases
+ * are still held to the error contract and must not crash. */
 static const char *const known_leaks[] = {"mpr_rref_rpc_async", "mpr_rref_remote", "remote + rref proxy",
                                           "mpr_dist_optimizer_create", "mpr_remote_module_forward_async"};
-
 static bool leak_known(const char *fn) {
     for (size_t i = 0; i < sizeof known_leaks / sizeof known_leaks[0]; i++)
         if (strcmp(fn, known_leaks[i]) == 0) return true;
