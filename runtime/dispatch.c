@@ -130,12 +130,11 @@ static void complete_observed(mpri_msg_t *msg) {
     if (fn && mpri_observing(MPRI_OBSERVE_STATS))
         mpri_stats_call_done(fn, started ? msg->recv_ns - started : -1, msg->wire_bytes,
                              (msg->hdr.flags & MPRI_FLAG_ERROR) != 0, false);
-    int64_t t0 = mpri_now_ns();
+    int64_t t0 = msg->recv_ns; /* taken just before (observe_incoming) */
     complete_from_reply(f, msg);
     mpr_future_release(f);
-    int64_t t1 = mpri_now_ns();
     if (mpri_observing(MPRI_OBSERVE_TRACE))
-        mpri_trace_msg(MPRI_TEV_REPLY_IN, t0, t1 - t0, msg->hdr.kind, msg->hdr.flags, msg->hdr.request_id, fn,
+        mpri_trace_msg(MPRI_TEV_REPLY_IN, t0, mpri_now_ns() - t0, msg->hdr.kind, msg->hdr.flags, msg->hdr.request_id, fn,
                        msg->src, msg->wire_bytes);
 }
 

@@ -188,7 +188,7 @@ mpr_err_t mpri_pending_add_call(uint64_t id, mpr_future_t *f, int64_t deadline_n
 /* Remove and return the future (its reference passes to the caller), or NULL. */
 mpr_future_t *mpri_pending_take(uint64_t id);
 /* The same, and the request's function id (0 if none) and the time it was
- * added (0 unless it had a deadline or statistics/tracing were on). */
+ * added (0 unless it had a deadline or is a call counted by the statistics). */
 mpr_future_t *mpri_pending_take_call(uint64_t id, uint64_t *function_id, int64_t *started_ns);
 void mpri_pending_expire(int64_t now_ns);
 /* The timer thread that expires deadlines on time, whoever holds the poll

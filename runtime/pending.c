@@ -64,8 +64,7 @@ mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, in
 
 mpr_err_t mpri_pending_add_call(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst, const char *label,
                                 uint64_t function_id) {
-    bool observed = mpri_observing(MPRI_OBSERVE_TRACE | MPRI_OBSERVE_STATS);
-    int64_t now = deadline_ns || observed ? mpri_now_ns() : 0;
+    int64_t now = deadline_ns || (function_id && mpri_observing(MPRI_OBSERVE_STATS)) ? mpri_now_ns() : 0;
     pthread_mutex_lock(&table.lock);
     entry_t *e = table.free_list;
     if (e)

@@ -8,8 +8,9 @@
  *   is seen: the function table is open addressing on the id (claimed by a
  *   compare-and-swap of the key, the entry published with a release store;
  *   a thread that finds the key claimed but the entry not yet published
- *   spins until it is). A full table (MAX_FUNCTIONS) counts the call in
- *   `overflow` instead.
+ *   waits until it is, yielding: every claim publishes an entry, or
+ *   `no_memory` when its allocation failed). A full table (MAX_FUNCTIONS)
+ *   counts the call in `overflow` instead.
  * - Latency histograms are logarithmic: 8 buckets per power of two (values
  *   below 16 ns exact), so a percentile read from a bucket's middle is
  *   within 1/16 (6.25%) of a value in that bucket.
@@ -18,6 +19,7 @@
  *   shutdown for reading. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +123,8 @@ static void hist_summary(histogram_t *h, mpr_latency_stats_t *out) {
 
 /* ---- the function table ---- */
 
+static fn_stats_t no_memory; /* published for a claimed key whose entry could not be allocated */
+
 static fn_stats_t *entry_for(uint64_t id, const char *label) {
     if (id == 0) return NULL;
     uint64_t mix = id * 0x9E3779B97F4A7C15ull;
@@ -131,8 +135,8 @@ static fn_stats_t *entry_for(uint64_t id, const char *label) {
             uint64_t expected = 0;
             if (atomic_compare_exchange_strong(&S.keys[i], &expected, id)) {
                 fn_stats_t *e = calloc(1, sizeof *e);
-                if (!e) { /* the key stays claimed with no entry: counted as overflow */
-                    atomic_store_explicit(&S.entries[i], (fn_stats_t *)NULL, memory_order_release);
+                if (!e) { /* the key stays claimed with no entry: its calls count as overflow */
+                    atomic_store_explicit(&S.entries[i], &no_memory, memory_order_release);
                     return NULL;
                 }
                 if (label) snprintf(e->label, sizeof e->label, "%s", label);
@@ -143,10 +147,9 @@ static fn_stats_t *entry_for(uint64_t id, const char *label) {
         }
         if (k != id) continue;
         fn_stats_t *e;
-        int spins = 0;
-        while (!(e = atomic_load_explicit(&S.entries[i], memory_order_acquire)) && spins++ < 1000000) {
-        }
-        return e;
+        for (int spins = 0; !(e = atomic_load_explicit(&S.entries[i], memory_order_acquire)); spins++)
+            if (spins > 64) sched_yield(); /* the claiming thread is between its claim and its publication */
+        return e == &no_memory ? NULL : e;
     }
     return NULL;
 }
@@ -220,13 +223,16 @@ mpr_err_t mpr_get_function_stats(mpr_function_stats_t **out, size_t *count) {
     MPRI_ARG_NONNULL(out);
     MPRI_ARG_NONNULL(count);
     size_t n = 0;
-    for (int i = 0; i < MAX_FUNCTIONS; i++) n += atomic_load(&S.entries[i]) != NULL;
+    for (int i = 0; i < MAX_FUNCTIONS; i++) {
+        fn_stats_t *e = atomic_load(&S.entries[i]);
+        n += e && e != &no_memory;
+    }
     mpr_function_stats_t *a = calloc(n ? n : 1, sizeof *a);
     if (!a) return mpr_error_set(MPR_ERR_NOMEM, "mpr_get_function_stats: out of memory");
     size_t k = 0;
     for (int i = 0; i < MAX_FUNCTIONS && k < n; i++) {
         fn_stats_t *e = atomic_load(&S.entries[i]);
-        if (!e) continue;
+        if (!e || e == &no_memory) continue;
         mpr_function_stats_t *s = &a[k++];
         s->function_id = atomic_load(&S.keys[i]);
         const char *name = S.namer ? S.namer(s->function_id) : NULL;
