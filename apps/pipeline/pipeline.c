@@ -270,11 +270,13 @@ static void train(driver_t *d) {
         if (!it) fatal("data");
         for (; s < spe && step < total; s++) {
             double loss = NAN, t0 = app_now();
+            mpr_trace_begin("mini-batch"); /* a range on the driver's track when MPIRPC_TRACE is set */
             mpr_scope_begin();
             mpr_tensor_t *x, *y;
             if (!mpr_batch_iter_next(it, &x, &y)) fatal("data");
             if (train_step(d, x, y, &loss)) fatal("training step");
             mpr_scope_end();
+            mpr_trace_end();
             d->step_ms[d->nsteps++] = (app_now() - t0) * 1e3;
             if (step == d->start.step) d->first_loss = loss;
             d->last_loss = loss;

@@ -48,7 +48,9 @@ static mpr_tensor_t *stage_forward(mpr_module_t *self, mpr_tensor_t *x, void *ct
     stage_t *st = ctx;
     bool prev = mpr_set_grad_enabled(mpr_dist_context_current() != 0 && mpr_grad_enabled());
     pthread_mutex_lock(&st->lock);
+    mpr_trace_begin("stage forward"); /* the compute, without the wait for the lock */
     mpr_tensor_t *y = mpr_module_forward(st->net, x);
+    mpr_trace_end();
     pthread_mutex_unlock(&st->lock);
     mpr_set_grad_enabled(prev);
     return y;
