@@ -18,8 +18,8 @@
  *
  * The driver shows a progress line, writes the metrics CSV and PNG (with
  * test accuracy after every epoch) and checkpoints (the stages' parameters,
- * fetched with PIPELINE_STATE_FN; plain SGD keeps no other state, so
- * --resume continues exactly). Last, one JSON line on stdout:
+ * fetched with PIPELINE_STATE_FN, and the DistributedOptimizer's state under
+ * "optim.", so --resume continues exactly). Last, one JSON line on stdout:
  * {"name":"pipeline","stages":S,"micro_batches":M,"ms_per_batch":...,...}
  * where ms_per_batch is the median step time after two warm-up steps.
  *
@@ -171,13 +171,15 @@ static mpr_err_t checkpoint(driver_t *d) {
             e = app_dict_merge_encoded(dict, buf, len, "a stage's parameters");
         mpr_value_release(r);
     }
+    if (!e) e = mpr_dist_optimizer_state_export(d->opt, dict, "optim."); /* gathered from the stages */
     if (!e) e = mpr_tensor_dict_set_meta(dict, "pipeline.model", d->cfg->kind);
     if (!e) e = app_ckpt_save(d->cfg->common.checkpoint_dir, dict, &d->now, (int)d->cfg->keep);
     mpr_tensor_dict_destroy(dict);
     return e;
 }
 
-/* --resume: the newest checkpoint's parameters into every stage. */
+/* --resume: the newest checkpoint's parameters into every stage, and the
+ * DistributedOptimizer's state into every stage's local optimizer. */
 static mpr_err_t restore(driver_t *d) {
     mpr_tensor_dict_t *dict = NULL;
     char *path = NULL;
@@ -198,6 +200,7 @@ static mpr_err_t restore(driver_t *d) {
         e = mpr_call_sync(mpr_to_name(name), PIPELINE_LOAD_FN, MPR_TIMEOUT_DEFAULT, &r, "y", buf, len);
         mpr_value_release(r);
     }
+    if (!e) e = mpr_dist_optimizer_state_import(d->opt, dict, "optim.");
     if (!e)
         fprintf(stderr, "Resumed from %s (step %lld, epoch %lld)\n", path, (long long)d->start.step,
                 (long long)d->start.epoch + 1);
