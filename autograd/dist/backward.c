@@ -15,15 +15,25 @@
  *   RUNNING --run returned, no request sent-------------------> DONE(ok)
  *   RUNNING --run returned, k requests sent--------------------> WAITING
  *   RUNNING --the run failed (a node, the sink, bad input)------> DONE(error)
- *   WAITING --request i answered ok: its answers (if any) run as pieces
- *             here, each to DONE, before request i+1 is waited on--> WAITING
- *   WAITING --the last request answered ok and its answers done-> DONE(ok)
+ *   WAITING --some request answered ok (in the order the replies
+ *             arrive): its answers run here as pieces; each such
+ *             piece's own requests join this piece's waiting set-> WAITING
+ *   WAITING --every request of the set answered ok, answers run-> DONE(ok)
  *   WAITING --a request, or a piece run from an answer, failed--> DONE(error)
  *   DONE: on the root mpr_dist_backward returns the outcome; for a piece
  *         begun by a request the request is answered (BACKWARD_AUTOGRAD_RESP
  *         carrying the piece's answers, or the error as MPR_ERR_REMOTE with
  *         its origin worker kept); for a piece run from an answer, the outcome
  *         is the piece that ran it's (its failure fails that piece).
+ *
+ *   A piece run from an answer (ANSWER piece) never waits itself: when its
+ *   run returns it is DONE, and the requests it sent are adopted by the
+ *   WAITING piece that ran it (their answers belong to the same reply chain:
+ *   both pieces have the same `answering`). So one thread waits on every
+ *   outstanding request of a chain at once and handles whichever reply comes
+ *   first: the gradients of micro-batch i go on to the previous stage as
+ *   soon as the next stage answered them, while micro-batch i+1 is still
+ *   there (a pipeline's backward overlaps across stages).
  *
  *   RUNNING: the recv functions the engine reaches call
  *   mpri_dist_recv_backward (thread-local `running_piece`). Gradients for
@@ -34,7 +44,7 @@
  *   nested request and its reply). Gradients for any other worker go in a
  *   BACKWARD_AUTOGRAD_REQ added to the piece. `sealed` is set when the run
  *   returns: from then on no request is added.
- *   WAITING: the same thread waits on the piece's requests in order
+ *   WAITING: the same thread waits on the piece's requests, any of them
  *   (piece_wait). Meanwhile it runs the backward requests of the same
  *   context that reach this worker (route_backward hands them to the threads
  *   waiting in the context, which are awake and polling, instead of waking a
@@ -70,7 +80,8 @@
  * (consumed_by_pass); any other pass touching it there fails MPR_ERR_STATE.
  *
  * Invariants (MPRI_ASSERT): a piece reaches DONE exactly once; no request is
- * added to a sealed piece; answers are added only to a piece begun by a
+ * added to a sealed piece, except adopted into a WAITING one from a sealed
+ * ANSWER piece; requests are taken (absorbed) at most once each; answers are added only to a piece begun by a
  * request and not yet answered; a context's waiters never go below zero and
  * requests are handed to it only while it has one (the last to leave runs
  * what is left); the root's wait ends only in DONE. */
@@ -103,8 +114,11 @@ typedef struct piece {
     mpr_value_t *answers; /* when begun by a request: its answers so far (NULL: none) */
     bool sealed;          /* the run returned */
     mpr_future_t *result; /* completed at DONE: none, or the error */
-    mpr_future_t **reqs;  /* the requests the run sent, waited on by the thread that ran it */
-    int n_reqs, cap_reqs;
+    /* The requests the run sent (and, when WAITING, those adopted from its
+     * ANSWER pieces), waited on by the thread that ran it: reqs[0, n_taken)
+     * were answered and absorbed, reqs[n_taken, n_reqs) are outstanding. */
+    mpr_future_t **reqs;
+    int n_reqs, cap_reqs, n_taken;
 } piece_t;
 
 static _Thread_local piece_t *running_piece;
@@ -178,10 +192,7 @@ static bool piece_absorb(piece_t *p, mpr_future_t *f, bool is_request) {
     return false;
 }
 
-/* Add request future `f` (new reference, taken) to the running piece: the
- * thread running the piece waits on it when the run returns (piece_wait). */
-static mpr_err_t piece_add_request(piece_t *p, mpr_future_t *f) {
-    MPRI_ASSERT(!p->sealed, "no request is added to a piece after its run returned");
+static mpr_err_t piece_push_request(piece_t *p, mpr_future_t *f) {
     if (p->n_reqs == p->cap_reqs) {
         int cap = p->cap_reqs ? p->cap_reqs * 2 : 8;
         mpr_future_t **r = realloc(p->reqs, (size_t)cap * sizeof *r);
@@ -194,6 +205,32 @@ static mpr_err_t piece_add_request(piece_t *p, mpr_future_t *f) {
     }
     p->reqs[p->n_reqs++] = f;
     return MPR_OK;
+}
+
+/* Add request future `f` (new reference, taken) to the running piece: the
+ * thread running the piece waits on it when the run returns (piece_wait). */
+static mpr_err_t piece_add_request(piece_t *p, mpr_future_t *f) {
+    MPRI_ASSERT(!p->sealed, "no request is added to a piece after its run returned");
+    return piece_push_request(p, f);
+}
+
+/* WAITING `p` adopts the requests of `q`, an ANSWER piece it ran whose run
+ * returned (sealed, none of its requests taken); q keeps none. On failure
+ * (out of memory) `p` is DONE(error); q's requests are released either way
+ * when not adopted (their replies are dropped). */
+static void piece_adopt_requests(piece_t *p, piece_t *q) {
+    MPRI_ASSERT(p->sealed && !piece_done(p), "only a WAITING piece adopts requests");
+    MPRI_ASSERT(q->sealed && !q->msg && q->n_taken == 0 && q->answering == p->answering,
+                "requests are adopted only from a sealed ANSWER piece of the same reply chain");
+    int i = 0;
+    for (; i < q->n_reqs; i++)
+        if (piece_push_request(p, q->reqs[i]) != MPR_OK) {
+            i++; /* released by piece_push_request */
+            piece_fail(p, MPR_ERR_NOMEM, "dist backward: out of memory");
+            break;
+        }
+    for (; i < q->n_reqs; i++) mpr_future_release(q->reqs[i]);
+    q->n_reqs = 0;
 }
 
 /* ---- gradients on the wire ---- */
@@ -269,8 +306,6 @@ static mpr_tensor_t *grad_from_wire(const mpr_value_t *item) {
 
 /* ---- running pieces ---- */
 
-static void piece_wait(piece_t *p);
-
 /* RUNNING: run the engine from `edges` fed with `grads`, then seal. */
 static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t *const *grads) {
     mpri_engine_opts_t opts = {.retain_graph = true, .sink = mpri_dist_ctx_sink, .sink_ctx = p->ctx};
@@ -288,8 +323,8 @@ static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t 
 }
 
 /* Run `p` (initialized, RUNNING) from the send function `msg_id` of its
- * context fed with the wire gradients `grads`, through WAITING to DONE. Bad
- * input (no such send function, a wrong count, a malformed gradient) is
+ * context fed with the wire gradients `grads`, until its run returns (the
+ * caller waits, or adopts its requests). Bad input (no such send function, a wrong count, a malformed gradient) is
  * DONE(error) without a run. */
 static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads) {
     mpri_dist_ctx_t *c = p->ctx;
@@ -318,7 +353,6 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
         piece_fail(p, e, text);
     } else {
         piece_run(p, k, edges, gs);
-        piece_wait(p);
     }
     for (int i = 0; gs && i < k; i++) mpr_tensor_release(gs[i]);
     free(edges);
@@ -326,8 +360,9 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
     mpri_node_release(send);
 }
 
-/* Run the answers of a reply (a list of [message id, gradients]) as pieces
- * of `p`'s pass, each to DONE; the first failure fails `p`. */
+/* Run the answers of a reply (a list of [message id, gradients]) as ANSWER
+ * pieces of WAITING `p`'s pass: each runs to DONE and `p` adopts the
+ * requests it sent; the first failure fails `p`. */
 static void piece_run_answers(piece_t *p, const mpr_value_t *answers) {
     size_t n = mpr_value_list_len(answers);
     for (size_t i = 0; i < n && !piece_done(p); i++) {
@@ -343,7 +378,12 @@ static void piece_run_answers(piece_t *p, const mpr_value_t *answers) {
             return;
         }
         piece_run_send(&q, (uint64_t)msg_id, mpr_value_list_get(a, 1));
-        piece_absorb(p, q.result, false);
+        if (!piece_done(&q)) {
+            piece_adopt_requests(p, &q);
+            piece_succeed(&q);
+        } else {
+            piece_absorb(p, q.result, false);
+        }
         piece_fini(&q);
     }
 }
@@ -433,30 +473,56 @@ static void route_backward(mpri_msg_t *msg) {
     }
 }
 
-/* WAITING -> DONE: the thread that ran the piece waits on its requests, in
- * order, running the answers of each reply, and meanwhile the backward
- * requests of the same context handed to it (route_backward) and, on a pool
- * thread, other queued work; the first failure ends the piece (the other
- * requests' replies are dropped). No thread hand-off between a reply and the
- * piece. */
+/* Move an outstanding request of `p` that is done, if any, to the taken
+ * part (reqs[n_taken]) and return it; NULL when none is done yet. */
+static mpr_future_t *piece_take_answered(piece_t *p) {
+    for (int i = p->n_taken; i < p->n_reqs; i++)
+        if (mpr_future_done(p->reqs[i])) {
+            mpr_future_t *f = p->reqs[i];
+            p->reqs[i] = p->reqs[p->n_taken];
+            p->reqs[p->n_taken++] = f;
+            return f;
+        }
+    return NULL;
+}
+
+/* What wakes a waiting piece: a request of the context handed to the
+ * waiters, or any outstanding request answered. */
+static bool piece_wake(void *arg) {
+    piece_t *p = arg;
+    if (inbox_ready(p->ctx)) return true;
+    for (int i = p->n_taken; i < p->n_reqs; i++)
+        if (mpr_future_done(p->reqs[i])) return true;
+    return false;
+}
+
+/* WAITING -> DONE: the thread that ran the piece waits on all its
+ * outstanding requests at once and takes their replies in the order they
+ * complete, running the answers of each (the requests those send join the
+ * set), and meanwhile the backward requests of the same context handed to it
+ * (route_backward) and, on a pool thread, other queued work; the first
+ * failure ends the piece (the other requests' replies are dropped). No
+ * thread hand-off between a reply and the piece. */
 static void piece_wait(piece_t *p) {
     MPRI_ASSERT(p->sealed || piece_done(p), "a piece waits only after its run returned");
     waiter_enter(p->ctx);
-    for (int i = 0; i < p->n_reqs && !piece_done(p); i++) {
-        for (;;) { /* bounded by the request's timeout */
-            mpr_err_t e = mpri_future_wait_or(p->reqs[i], MPR_WAIT_FOREVER, inbox_ready, p->ctx);
+    while (!piece_done(p) && p->n_taken < p->n_reqs) {
+        mpr_future_t *f = piece_take_answered(p);
+        if (!f) {
+            /* bounded by the requests' timeouts */
+            mpr_err_t e = mpri_future_wait_or(p->reqs[p->n_taken], MPR_WAIT_FOREVER, piece_wake, p);
             mpri_msg_t *m = inbox_take(p->ctx);
             if (m)
                 handle_backward(m);
-            else if (e || mpr_future_done(p->reqs[i]))
+            else if (e && !piece_wake(p)) { /* the wait failed: the runtime stopped */
+                piece_fail(p, MPR_ERR_SHUTDOWN, "the runtime shut down during dist backward");
                 break;
+            }
+            continue;
         }
-        if (!mpr_future_done(p->reqs[i])) { /* the wait failed: the runtime stopped */
-            piece_fail(p, MPR_ERR_SHUTDOWN, "the runtime shut down during dist backward");
-            break;
-        }
-        if (!piece_absorb(p, p->reqs[i], true)) break;
-        const mpr_value_t *answers = mpri_future_value(p->reqs[i]);
+        MPRI_ASSERT(p->n_taken <= p->n_reqs, "requests are taken at most once each");
+        if (!piece_absorb(p, f, true)) break;
+        const mpr_value_t *answers = mpri_future_value(f);
         if (mpr_value_kind(answers) == MPR_VALUE_LIST) piece_run_answers(p, answers);
     }
     waiter_leave(p->ctx);
@@ -569,6 +635,7 @@ static void handle_backward(mpri_msg_t *msg) {
     bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
     if (traced) mpri_trace_range_begin(MPRI_TCAT_AUTOGRAD, "dist backward (piece)");
     piece_run_send(&p, msg->hdr.autograd_message_id, grads);
+    piece_wait(&p);
     if (traced) mpri_trace_range_end();
     mpr_value_release(grads);
     /* DONE: answer the request. */
