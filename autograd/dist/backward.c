@@ -416,10 +416,11 @@ static void waiter_enter(mpri_dist_ctx_t *c) {
     pthread_mutex_unlock(&c->lock);
 }
 
-/* The last waiter to leave runs what is still handed to the waiters: after
- * the count dropped to zero nothing more is handed (route_backward checks it
- * under the same lock), so no request is left behind. */
-static void waiter_leave(mpri_dist_ctx_t *c) {
+/* The last waiter to leave runs what is still handed to the waiters (or,
+ * with `run_left` false, drops it: the pool is stopping): after the count
+ * dropped to zero nothing more is handed (route_backward checks it under the
+ * same lock), so no request is left behind. */
+static void waiter_leave_or_drop(mpri_dist_ctx_t *c, bool run_left) {
     pthread_mutex_lock(&c->lock);
     MPRI_ASSERT(c->bw_waiters > 0, "a context's backward waiters never go below zero");
     mpri_msg_t *left = --c->bw_waiters == 0 ? c->bw_inbox : NULL;
@@ -432,22 +433,60 @@ static void waiter_leave(mpri_dist_ctx_t *c) {
         mpri_msg_t *m = left;
         left = m->next;
         m->next = NULL;
-        handle_backward(m);
+        if (run_left)
+            handle_backward(m);
+        else
+            mpri_msg_done(m); /* as a request the stopping pool drops */
     }
 }
 
-static void run_backward_task(void *arg) { handle_backward(arg); }
-static void drop_backward_task(void *arg) { mpri_msg_done(arg); }
+static void waiter_leave(mpri_dist_ctx_t *c) { waiter_leave_or_drop(c, true); }
+
+/* A backward request given to a pool thread, with the waiter place that
+ * route_backward took for it in its context (NULL: none was taken). */
+typedef struct {
+    mpri_msg_t *msg;
+    mpri_dist_ctx_t *ctx; /* reference, with one of ctx->bw_waiters held */
+} backward_task_t;
+
+static void run_backward_task(void *arg) {
+    backward_task_t *t = arg;
+    handle_backward(t->msg);
+    if (t->ctx) {
+        waiter_leave(t->ctx); /* runs the requests that came meanwhile, in order */
+        mpri_dist_ctx_release(t->ctx);
+    }
+    free(t);
+}
+
+static void drop_backward_task(void *arg) {
+    backward_task_t *t = arg;
+    mpri_msg_done(t->msg);
+    if (t->ctx) {
+        waiter_leave_or_drop(t->ctx, false);
+        mpri_dist_ctx_release(t->ctx);
+    }
+    free(t);
+}
 
 /* The handler of BACKWARD_AUTOGRAD_REQ, in the progress context (never
- * blocks): a request for a context some thread of this worker waits in (a
- * root in mpr_dist_backward, a piece waiting for its requests) is handed to
- * that thread, which is awake and polling, so it runs at once and no pool
- * thread has to be woken (on a loaded 2-core machine that wake-up took 100 us
- * and more); otherwise it goes to the pool. */
+ * blocks). A request for a context some thread of this worker waits in (a
+ * root in mpr_dist_backward, a piece waiting for its requests, or a pool
+ * thread running a piece of it) is handed to that thread, which runs it
+ * when it is free: a waiting one is awake and polling, so it runs at once
+ * and no pool thread has to be woken (on a loaded 2-core machine that
+ * wake-up took 100 us and more). Otherwise it goes to a pool thread, which
+ * holds a waiter place of the context from here on, so the requests that
+ * follow queue behind it and run in arrival order on that thread: the
+ * pieces of one context run one after the other on a worker, as PyTorch's
+ * engine runs a graph task's work on one thread, and the first micro-batch's
+ * gradients leave a stage when its piece is done, not when all the
+ * micro-batches' pieces, time-sliced against each other, are. */
 static void route_backward(mpri_msg_t *msg) {
     mpri_dist_ctx_t *c = mpri_dist_ctx_find((int64_t)msg->hdr.autograd_context_id);
     bool handed = false;
+    backward_task_t *t = malloc(sizeof *t);
+    if (t) *t = (backward_task_t){.msg = msg, .ctx = NULL};
     if (c) {
         pthread_mutex_lock(&c->lock);
         if (c->bw_waiters > 0) {
@@ -459,17 +498,27 @@ static void route_backward(mpri_msg_t *msg) {
             c->bw_inbox_tail = msg;
             atomic_fetch_add_explicit(&c->bw_inbox_len, 1, memory_order_release);
             handed = true;
+        } else if (t && !c->ended) {
+            c->bw_waiters++; /* the pool task's place */
+            mpri_dist_ctx_retain(c);
+            t->ctx = c;
         }
         pthread_mutex_unlock(&c->lock);
         mpri_dist_ctx_release(c);
     }
     if (handed) {
+        free(t);
         mpri_event_signal();
         return;
     }
-    if (!mpri_pool_running() || mpri_pool_submit(run_backward_task, drop_backward_task, msg) != MPR_OK) {
+    if (!t || !mpri_pool_running() || mpri_pool_submit(run_backward_task, drop_backward_task, t) != MPR_OK) {
         mpri_reply_error(msg, MPR_ERR_NOMEM, "dist backward: the worker pool cannot take the request");
         mpri_msg_done(msg);
+        if (t && t->ctx) {
+            waiter_leave_or_drop(t->ctx, false);
+            mpri_dist_ctx_release(t->ctx);
+        }
+        free(t);
     }
 }
 
