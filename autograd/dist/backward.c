@@ -417,26 +417,35 @@ static void waiter_enter(mpri_dist_ctx_t *c) {
 }
 
 /* The last waiter to leave runs what is still handed to the waiters (or,
- * with `run_left` false, drops it: the pool is stopping): after the count
- * dropped to zero nothing more is handed (route_backward checks it under the
- * same lock), so no request is left behind. */
+ * with `run_left` false, drops it: the pool is stopping), keeping its place
+ * while it does, so requests that arrive meanwhile queue behind (the pieces
+ * of the context stay one after the other); it leaves when the inbox is
+ * empty. After the count dropped to zero nothing more is handed
+ * (route_backward checks it under the same lock), so no request is left
+ * behind. */
 static void waiter_leave_or_drop(mpri_dist_ctx_t *c, bool run_left) {
-    pthread_mutex_lock(&c->lock);
-    MPRI_ASSERT(c->bw_waiters > 0, "a context's backward waiters never go below zero");
-    mpri_msg_t *left = --c->bw_waiters == 0 ? c->bw_inbox : NULL;
-    if (left) {
-        c->bw_inbox = c->bw_inbox_tail = NULL;
-        atomic_store_explicit(&c->bw_inbox_len, 0, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&c->lock);
-    while (left) {
-        mpri_msg_t *m = left;
-        left = m->next;
-        m->next = NULL;
-        if (run_left)
-            handle_backward(m);
-        else
-            mpri_msg_done(m); /* as a request the stopping pool drops */
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        MPRI_ASSERT(c->bw_waiters > 0, "a context's backward waiters never go below zero");
+        mpri_msg_t *left = NULL;
+        if (c->bw_waiters == 1 && c->bw_inbox) {
+            left = c->bw_inbox;
+            c->bw_inbox = c->bw_inbox_tail = NULL;
+            atomic_store_explicit(&c->bw_inbox_len, 0, memory_order_relaxed);
+        } else {
+            c->bw_waiters--;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (!left) return;
+        while (left) {
+            mpri_msg_t *m = left;
+            left = m->next;
+            m->next = NULL;
+            if (run_left)
+                handle_backward(m);
+            else
+                mpri_msg_done(m); /* as a request the stopping pool drops */
+        }
     }
 }
 
