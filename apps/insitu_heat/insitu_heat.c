@@ -55,7 +55,7 @@ typedef struct config {
     int64_t channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every;
     double r, q, lr;
     bool no_stream;
-    const char *when_full, *thread_level, *field;
+    const char *when_full, *thread_level, *field, *decomp;
     app_common_t common;
 } config_t;
 
@@ -63,13 +63,16 @@ static void parse(int argc, char **argv, config_t *c) {
     *c = (config_t){.nx = 512, .ny = 512, .steps = 400, .every = 20, .learners = 1, .max_inflight = 4, .inbox = 4,
                     .progress_pu = -1, .channels = 8, .crop = 16, .batch = 16, .steps_per_sample = 8, .replay = 8,
                     .holdout = 5, .val_keep = 4, .eval_every = 25, .r = 0.2, .q = 0.05, .lr = 0.01, .when_full = "wait",
-                    .thread_level = "multiple"};
+                    .thread_level = "multiple", .decomp = "auto"};
     app_option_t opts[] = {
         {"nx", APP_OPT_INT, &c->nx, 4, 1 << 16, NULL, "grid columns"},
         {"ny", APP_OPT_INT, &c->ny, 4, 1 << 16, NULL, "grid rows (split in strips over the simulation ranks)"},
         {"steps", APP_OPT_INT, &c->steps, 1, 1e9, NULL, "time steps"},
         {"r", APP_OPT_DOUBLE, &c->r, 1e-6, 0.25, NULL, "alpha dt / dx^2 (stable up to 0.25)"},
         {"q", APP_OPT_DOUBLE, &c->q, 0, 1, NULL, "k dt, the rate of the logistic heat source k u (1 - u) (0: plain heat)"},
+        {"decomp", APP_OPT_CHOICE, &c->decomp, 0, 0, "auto|strips|2d",
+         "domain decomposition: row strips (MPI_Sendrecv halos) or a 2-D Cartesian grid (non-blocking halos "
+         "overlapped with the update); auto: 2d when the process grid divides the grid"},
         {"field", APP_OPT_STRING, &c->field, 0, 0, NULL, "write the final field here (ny x nx float64, MPI-IO)"},
         {"thread-level", APP_OPT_CHOICE, &c->thread_level, 0, 0, "multiple|serialized|funneled|single",
          "thread level the host asks MPI_Init_thread for (mpirpc needs multiple)"},
@@ -114,6 +117,8 @@ typedef struct run_state {
     double times[N_TIMES];
     uint64_t checksum;
     double field_sum, residual;
+    const char *decomp; /* the simulation's decomposition (heat_decomp_name) */
+    int dims[2];        /* its process grid, rows x columns */
     char stream_error[512];
     char progress_binding[64]; /* where rank 0's progress thread runs (mpr_debug_info_t) */
     bool failed;
@@ -122,7 +127,8 @@ typedef struct run_state {
 /* A simulation rank: the time loop, streaming every K steps when asked. */
 static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
     const config_t *cfg = st->cfg;
-    heat_t *h = heat_create(sim_comm, (int)cfg->nx, (int)cfg->ny, cfg->r, cfg->q, (uint64_t)cfg->common.seed);
+    heat_decomp_t decomp = !strcmp(cfg->decomp, "strips") ? HEAT_STRIPS : !strcmp(cfg->decomp, "2d") ? HEAT_2D : HEAT_AUTO;
+    heat_t *h = heat_create(sim_comm, (int)cfg->nx, (int)cfg->ny, cfg->r, cfg->q, (uint64_t)cfg->common.seed, decomp);
     if (!h) MPI_Abort(MPI_COMM_WORLD, 1);
     streamer_t *stream = NULL;
     if (st->stream) { /* mpirpc: a streamer to this rank's learner */
@@ -146,7 +152,7 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
     for (int64_t step = 0; step < cfg->steps; step++) {
         heat_step(h, &residual);
         if (stream && step % cfg->every == 0 && /* mpirpc: (state, next state) to the learner, not waiting */
-            streamer_send(stream, step, h->prev, h->cur, h->rows + 2, h->nx + 2, heat_stride(h))) {
+            streamer_send(stream, step, h->prev, h->cur, h->rows + 2, h->cols + 2, heat_stride(h))) {
             fprintf(stderr, "insitu_heat: sim %d: %s\n", h->rank, mpr_last_error());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
@@ -161,6 +167,7 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
     app_progress_destroy(bar);
     MPI_Allreduce(&t_sim, &st->times[T_SIM], 1, MPI_DOUBLE, MPI_MAX, sim_comm);
     heat_checksum(h, &st->checksum, &st->field_sum);
+    st->decomp = heat_decomp_name(h->decomp), st->dims[0] = h->py, st->dims[1] = h->px;
     st->residual = residual;
     if (cfg->field && heat_write_field(h, cfg->field)) st->failed = true;
     if (stream) {
@@ -234,6 +241,10 @@ static void print_summary(const run_state_t *st, const int64_t *c, const double 
     cJSON_AddNumberToObject(j, "nx", (double)cfg->nx);
     cJSON_AddNumberToObject(j, "ny", (double)cfg->ny);
     cJSON_AddNumberToObject(j, "steps", (double)cfg->steps);
+    if (st->decomp) {
+        cJSON_AddStringToObject(j, "decomp", st->decomp);
+        cJSON_AddItemToObject(j, "dims", cJSON_CreateIntArray(st->dims, 2));
+    }
     cJSON_AddNumberToObject(j, "every", (double)cfg->every);
     cJSON_AddNumberToObject(j, "sim_s", t[T_SIM]);
     cJSON_AddNumberToObject(j, "steps_per_s", (double)cfg->steps / t[T_SIM]);

@@ -4,10 +4,11 @@
     insitu_test.py CASE BINARY SANITIZE(0|1) MPIEXEC [MPIEXEC FLAGS...]
 
 Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
-  identical     the simulation streaming to the learner and the same simulation
-                with --no-stream (mpirpc never initialized) end with the same
-                field, bit for bit: the same checksum and the same bytes in the
-                --field files.
+  identical     the simulation in 2 row strips (MPI_Sendrecv) and on a 2 x 2
+                Cartesian grid (non-blocking halos, 5 ranks), each streaming to
+                the learner and with --no-stream (mpirpc never initialized), on
+                an uneven 63 x 62 grid, ends with the same field, bit for bit:
+                the same checksum and the same bytes in the --field files.
   counts        samples sent == acknowledged == received == trained on + held
                 out, none failed or skipped, and as many as sampled steps; with
                 --when-full skip and a one-sample window, skipped samples are
@@ -57,14 +58,31 @@ def main(argv):
         small = small + ["--steps-per-sample", "2"]
     with tempfile.TemporaryDirectory() as tmp:
         if case == "identical":
-            _, a = run(mpi3 + small + ["--no-stream", "--field", "a.bin"], tmp)
-            _, b = run(mpi3 + small + ["--field", "b.bin"], tmp)
-            check(a and b and not a["stream"] and b["stream"] and b["ok"], "two summaries, streaming off then on")
-            check(b["samples_sent"] > 0, "samples were streamed")
-            check(a["checksum"] == b["checksum"], f"checksums {a['checksum']} != {b['checksum']}")
-            with open(os.path.join(tmp, "a.bin"), "rb") as fa, open(os.path.join(tmp, "b.bin"), "rb") as fb:
-                da, db = fa.read(), fb.read()
-            check(len(da) == 64 * 64 * 8 and da == db, "the two field files differ")
+            grid = ["--nx", "62", "--ny", "63"]  # uneven blocks in both directions (the last --nx/--ny count)
+            runs = [("a", mpi3, ["--no-stream", "--decomp", "strips"]),  # 2 strips, no mpirpc
+                    ("b", mpi3, ["--decomp", "strips"]),  # 2 strips, streaming
+                    ("c", mpiexec + ["-n", "5", binary], ["--decomp", "2d"]),  # 2 x 2 blocks, streaming
+                    ("d", mpiexec + ["-n", "5", binary], ["--decomp", "2d", "--no-stream"])]  # 2 x 2, no mpirpc
+            if sanitize:  # 5 processes are slow under ASan: the 2 x 2 grid streams, strips without
+                runs = [runs[0], runs[2]]
+            res = {}
+            for name, cmd, opts in runs:
+                _, res[name] = run(cmd + small + grid + opts + ["--field", name + ".bin"], tmp)
+            a = res["a"]
+            check(a and not a["stream"] and a["decomp"] == "strips" and a["dims"] == [2, 1], "strips summary")
+            c = res["c"]
+            check(c and c["stream"] and c["ok"] and c["decomp"] == "2d" and c["dims"] == [2, 2] and c["samples_sent"] > 0,
+                  "2 x 2 blocks streamed")
+            with open(os.path.join(tmp, "a.bin"), "rb") as f:
+                da = f.read()
+            check(len(da) == 62 * 63 * 8, "field file size")
+            for name, j in res.items():
+                check(j["checksum"] == a["checksum"], f"checksum of run {name} {j['checksum']} != {a['checksum']}")
+                with open(os.path.join(tmp, name + ".bin"), "rb") as f:
+                    check(f.read() == da, f"field file {name}.bin differs from a.bin")
+                if j["stream"]:
+                    check(j["ok"] and j["samples_sent"] > 0, f"run {name} streamed")
+            print(f"identical: {sorted(res)} all end with checksum {a['checksum']}")
         elif case == "counts":
             _, j = run(mpi3 + small, tmp)
             check(j and j["ok"], "summary ok")
