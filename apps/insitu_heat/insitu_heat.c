@@ -31,10 +31,13 @@
  * final field's checksum). Exit status 0 when every sample sent was
  * received and trained on or held out, 1 otherwise, 2 for bad options. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "app.h"
@@ -96,6 +99,12 @@ static void parse(int argc, char **argv, config_t *c) {
         {"lr", APP_OPT_DOUBLE, &c->lr, 0, 10, NULL, "Adam learning rate"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
+    if (c->common.checkpoint_every) {
+        if (app_launch_rank() == 0)
+            fprintf(stderr, "insitu_heat: --checkpoint-every: checkpoints are written at the end of the run only "
+                            "(a consistent cut of the simulation and the learners); try --help\n");
+        exit(2);
+    }
 }
 
 static int thread_level(const char *name) {
@@ -121,8 +130,95 @@ typedef struct run_state {
     int dims[2];        /* its process grid, rows x columns */
     char stream_error[512];
     char progress_binding[64]; /* where rank 0's progress thread runs (mpr_debug_info_t) */
+    int64_t start_step;        /* 0, or the step a --resume continues from */
+    char sim_ckpt[4096];       /* sim ranks, --resume: the field file of start_step */
+    mpr_tensor_dict_t *learner_ckpt; /* learner ranks, --resume: its checkpoint */
+    app_ckpt_state_t learner_state;
     bool failed;
 } run_state_t;
+
+/* ---- checkpoints (--checkpoint-dir, at the end of the run) ----
+ * DIR/sim-<step, 10 digits>.bin: the field after that many steps (heat_write_field
+ * to DIR/sim.tmp, then renamed by sim rank 0: a crash leaves the older files whole);
+ * DIR/learner<i>/: learner i's checkpoints (learner.h). --resume continues from
+ * the newest field and the learners' newest checkpoints, which must all be of
+ * the same step (checked on every rank). */
+
+static int make_dir(const char *dir) {
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST) return 0;
+    fprintf(stderr, "insitu_heat: cannot create %s: %s\n", dir, strerror(errno));
+    return -1;
+}
+
+static int save_field(heat_t *h, const char *dir, int64_t step) {
+    char tmp[4096], path[4096];
+    int ok = h->rank != 0 || make_dir(dir) == 0, all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, h->comm);
+    if (!all) return -1;
+    snprintf(tmp, sizeof tmp, "%s/sim.tmp", dir);
+    snprintf(path, sizeof path, "%s/sim-%010lld.bin", dir, (long long)step);
+    if (heat_write_field(h, tmp)) return -1;
+    ok = h->rank != 0 || rename(tmp, path) == 0;
+    if (!ok) fprintf(stderr, "insitu_heat: cannot rename %s to %s: %s\n", tmp, path, strerror(errno));
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, h->comm);
+    return all ? 0 : -1;
+}
+
+/* The newest DIR/sim-<step>.bin: its step, or -1 when there is none. */
+static int64_t newest_field(const char *dir, char *path, size_t cap) {
+    DIR *d = opendir(dir);
+    int64_t best = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long long step;
+        char tail[8];
+        if (sscanf(e->d_name, "sim-%10lld%7s", &step, tail) == 2 && !strcmp(tail, ".bin") && step > best) best = step;
+    }
+    if (d) closedir(d);
+    if (best >= 0) snprintf(path, cap, "%s/sim-%010lld.bin", dir, (long long)best);
+    return best;
+}
+
+/* --resume: every rank finds its checkpoint; all must agree on the step. 0, or -1 (message from rank 0). */
+static int find_resume_point(run_state_t *st, bool learner, int role_rank, MPI_Comm role_comm) {
+    const config_t *cfg = st->cfg;
+    const char *dir = cfg->common.checkpoint_dir;
+    int64_t step = -1;
+    if (!learner) {
+        if (role_rank == 0) step = newest_field(dir, st->sim_ckpt, sizeof st->sim_ckpt);
+        MPI_Bcast(&step, 1, MPI_INT64_T, 0, role_comm);
+        MPI_Bcast(st->sim_ckpt, sizeof st->sim_ckpt, MPI_CHAR, 0, role_comm);
+    } else if (st->stream) {
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/learner%d", dir, role_rank);
+        mpr_err_t e = app_ckpt_load_latest(sub, &st->learner_ckpt, &st->learner_state, NULL);
+        if (e && e != MPR_ERR_NOT_FOUND) fprintf(stderr, "insitu_heat: learner %d: %s\n", role_rank, mpr_last_error());
+        if (!e && st->learner_state.seed != (uint64_t)cfg->common.seed + (uint64_t)role_rank)
+            fprintf(stderr, "insitu_heat: learner %d: its checkpoint is of another --seed\n", role_rank);
+        else if (!e)
+            step = st->learner_state.step;
+    }
+    int64_t mine[2] = {step, -step}, all[2]; /* min and max at once; learners without mpirpc do not count */
+    if (learner && !st->stream) mine[0] = INT64_MAX, mine[1] = INT64_MIN + 1;
+    MPI_Allreduce(mine, all, 2, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    int64_t lo = all[0], hi = -all[1];
+    if (lo >= 0 && lo == hi && lo < cfg->steps) {
+        st->start_step = lo;
+        if (st->world_rank == 0) fprintf(stderr, "insitu_heat: resuming at step %lld from %s\n", (long long)lo, dir);
+        return 0;
+    }
+    if (st->world_rank == 0) {
+        if (lo < 0)
+            fprintf(stderr, "insitu_heat: --resume: %s lacks the simulation's field or a learner's checkpoint\n", dir);
+        else if (lo != hi)
+            fprintf(stderr, "insitu_heat: --resume: the checkpoints in %s are of different steps (%lld to %lld)\n", dir,
+                    (long long)lo, (long long)hi);
+        else
+            fprintf(stderr, "insitu_heat: --resume: the checkpoint is at step %lld, nothing to do for --steps %lld\n",
+                    (long long)lo, (long long)cfg->steps);
+    }
+    return -1;
+}
 
 /* A simulation rank: the time loop, streaming every K steps when asked. */
 static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
@@ -130,6 +226,7 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
     heat_decomp_t decomp = !strcmp(cfg->decomp, "strips") ? HEAT_STRIPS : !strcmp(cfg->decomp, "2d") ? HEAT_2D : HEAT_AUTO;
     heat_t *h = heat_create(sim_comm, (int)cfg->nx, (int)cfg->ny, cfg->r, cfg->q, (uint64_t)cfg->common.seed, decomp);
     if (!h) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (st->start_step > 0 && heat_read_field(h, st->sim_ckpt)) MPI_Abort(MPI_COMM_WORLD, 1);
     streamer_t *stream = NULL;
     if (st->stream) { /* mpirpc: a streamer to this rank's learner */
         char name[32];
@@ -145,11 +242,12 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
     }
     app_progress_t *bar = NULL;
     if (h->rank == 0)
-        bar = app_progress_create(&(app_progress_config_t){.total_steps = cfg->steps, .unit = "steps",
+        bar = app_progress_create(&(app_progress_config_t){.total_steps = cfg->steps, .first_step = st->start_step,
+                                                           .unit = "steps",
                                                            .interval_s = cfg->common.log_interval});
     MPI_Barrier(sim_comm);
     double t0 = MPI_Wtime(), residual = 0;
-    for (int64_t step = 0; step < cfg->steps; step++) {
+    for (int64_t step = st->start_step; step < cfg->steps; step++) {
         heat_step(h, &residual);
         if (stream && step % cfg->every == 0 && /* mpirpc: (state, next state) to the learner, not waiting */
             streamer_send(stream, step, h->prev, h->cur, h->rows + 2, h->cols + 2, heat_stride(h))) {
@@ -170,6 +268,7 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
     st->decomp = heat_decomp_name(h->decomp), st->dims[0] = h->py, st->dims[1] = h->px;
     st->residual = residual;
     if (cfg->field && heat_write_field(h, cfg->field)) st->failed = true;
+    if (cfg->common.checkpoint_dir && save_field(h, cfg->common.checkpoint_dir, cfg->steps)) st->failed = true;
     if (stream) {
         stream_counts_t n = streamer_counts(stream);
         int64_t *c = st->counts;
@@ -195,7 +294,14 @@ static void run_learner(run_state_t *st, int index) {
                            .eval_every = (int)cfg->eval_every, .every = cfg->every, .lr = cfg->lr,
                            .seed = (uint64_t)cfg->common.seed + (uint64_t)index,
                            .metrics_path = index == 0 ? cfg->common.metrics_path : NULL, .label = label,
-                           .log_interval = cfg->common.log_interval};
+                           .log_interval = cfg->common.log_interval, .sim_steps = cfg->steps,
+                           .resume = st->learner_ckpt, .resume_state = &st->learner_state};
+    char dir[4096];
+    if (cfg->common.checkpoint_dir) {
+        snprintf(dir, sizeof dir, "%s/learner%d", cfg->common.checkpoint_dir, index);
+        if (make_dir(cfg->common.checkpoint_dir) == 0) lc.checkpoint_dir = dir;
+        else st->failed = true;
+    }
     learner_result_t res;
     if (learner_run(&lc, &res)) {
         fprintf(stderr, "insitu_heat: %s: %s\n", label, mpr_last_error());
@@ -247,7 +353,8 @@ static void print_summary(const run_state_t *st, const int64_t *c, const double 
     }
     cJSON_AddNumberToObject(j, "every", (double)cfg->every);
     cJSON_AddNumberToObject(j, "sim_s", t[T_SIM]);
-    cJSON_AddNumberToObject(j, "steps_per_s", (double)cfg->steps / t[T_SIM]);
+    if (st->start_step) cJSON_AddNumberToObject(j, "resumed_at", (double)st->start_step);
+    cJSON_AddNumberToObject(j, "steps_per_s", (double)(cfg->steps - st->start_step) / t[T_SIM]);
     cJSON_AddNumberToObject(j, "bytes_sent", (double)c[N_BYTES]);
     cJSON_AddNumberToObject(j, "bytes_per_s", (double)c[N_BYTES] / t[T_SIM]);
     cJSON_AddStringToObject(j, "checksum", hex);
@@ -324,6 +431,14 @@ int main(int argc, char **argv) {
         }
     }
     app_print_placement(&cfg.common, NULL); /* --verbose: where every rank runs */
+    if (cfg.common.resume && find_resume_point(&st, learner, role_rank, role_comm)) {
+        if (st.stream) mpr_shutdown(true);
+        mpr_tensor_dict_destroy(st.learner_ckpt);
+        inbox_cleanup();
+        MPI_Comm_free(&role_comm);
+        MPI_Finalize();
+        return 1;
+    }
     if (!learner)
         run_simulation(&st, role_comm);
     else if (st.stream)
@@ -345,6 +460,7 @@ int main(int argc, char **argv) {
             rc = 1;
     }
     inbox_cleanup();
+    mpr_tensor_dict_destroy(st.learner_ckpt);
     MPI_Comm_free(&role_comm);
     MPI_Finalize();
     return rc;

@@ -3,7 +3,10 @@
  * mpirpc's pool threads and wait in the inbox. */
 #include "learner.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +39,8 @@ typedef struct learner {
     double loss_sum;
     int loss_count;
     app_metrics_t *csv;
-    learner_result_t res;
+    learner_result_t res; /* counts of the whole run, a resumed one's included */
+    int64_t base[4];      /* received, trained, held out, Adam steps at the checkpoint resumed from (else 0) */
     double t0, last_log;
 } learner_t;
 
@@ -250,6 +254,130 @@ static mpr_err_t take(learner_t *l, inbox_sample_t s) {
     return MPR_OK;
 }
 
+/* ---- checkpoint (see learner.h) ---- */
+
+static const char *const module_prefix[3] = {"model.stencil.", "model.hidden.", "model.out."};
+
+static mpr_module_t *model_module(surrogate_t *m, int k) { return k == 0 ? m->stencil : k == 1 ? m->hidden : m->out; }
+
+static mpr_err_t meta_i64(mpr_tensor_dict_t *d, const char *key, int64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    return mpr_tensor_dict_set_meta(d, key, buf);
+}
+
+static mpr_err_t meta_f64(mpr_tensor_dict_t *d, const char *key, double v) {
+    char buf[48];
+    snprintf(buf, sizeof buf, "%a", v); /* exact */
+    return mpr_tensor_dict_set_meta(d, key, buf);
+}
+
+/* A metadata entry of the checkpoint as a number (strtoll / strtod, which reads %a). */
+static mpr_err_t get_meta(const mpr_tensor_dict_t *d, const char *key, bool is_int, int64_t *i, double *f) {
+    const char *v = mpr_tensor_dict_get_meta(d, key);
+    char *end = NULL;
+    errno = 0;
+    if (v && is_int) *i = strtoll(v, &end, 10);
+    if (v && !is_int) *f = strtod(v, &end);
+    if (!v || !end || end == v || *end || errno)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "learner checkpoint: metadata %s missing or not a number", key);
+    return MPR_OK;
+}
+
+/* The samples set[n] as "<what>.<k>.x/.y" tensors and "<what>.<k>.step/.sim" metadata. */
+static mpr_err_t save_samples(mpr_tensor_dict_t *d, const char *what, const inbox_sample_t *set, int n) {
+    mpr_err_t e = MPR_OK;
+    char key[64];
+    for (int k = 0; k < n && !e; k++) {
+        snprintf(key, sizeof key, "%s.%d.x", what, k);
+        e = mpr_tensor_dict_set(d, key, set[k].x);
+        snprintf(key, sizeof key, "%s.%d.y", what, k);
+        if (!e) e = mpr_tensor_dict_set(d, key, set[k].y);
+        snprintf(key, sizeof key, "%s.%d.step", what, k);
+        if (!e) e = meta_i64(d, key, set[k].step);
+        snprintf(key, sizeof key, "%s.%d.sim", what, k);
+        if (!e) e = meta_i64(d, key, set[k].sim_rank);
+    }
+    return e;
+}
+
+static mpr_err_t load_samples(const mpr_tensor_dict_t *d, const char *what, inbox_sample_t *set, int *n, int cap) {
+    char key[64];
+    int64_t count = 0;
+    snprintf(key, sizeof key, "learner.%s_n", what);
+    mpr_err_t e = get_meta(d, key, true, &count, NULL);
+    if (!e && (count < 0 || count > cap))
+        e = mpr_error_set(MPR_ERR_INVALID_ARG, "learner checkpoint: %lld %s samples, this run keeps at most %d",
+                          (long long)count, what, cap);
+    for (int k = 0; k < count && !e; k++) {
+        int64_t step = 0, sim = 0;
+        snprintf(key, sizeof key, "%s.%d.x", what, k);
+        mpr_tensor_t *x = mpr_tensor_dict_get(d, key);
+        snprintf(key, sizeof key, "%s.%d.y", what, k);
+        mpr_tensor_t *y = mpr_tensor_dict_get(d, key);
+        snprintf(key, sizeof key, "%s.%d.step", what, k);
+        e = x && y ? get_meta(d, key, true, &step, NULL) : mpr_error_set(MPR_ERR_NOT_FOUND, "learner checkpoint: no %s", key);
+        snprintf(key, sizeof key, "%s.%d.sim", what, k);
+        if (!e) e = get_meta(d, key, true, &sim, NULL);
+        if (!e) set[(*n)++] = (inbox_sample_t){step, (int)sim, mpr_tensor_retain(x), mpr_tensor_retain(y)};
+    }
+    return e;
+}
+
+static mpr_err_t learner_save(learner_t *l) {
+    const learner_config_t *cfg = l->cfg;
+    mpr_tensor_dict_t *d = mpr_tensor_dict_create();
+    if (!d) return mpr_last_error_code();
+    mpr_err_t e = MPR_OK;
+    for (int k = 0; k < 3 && !e; k++) e = app_dict_add_module(d, module_prefix[k], model_module(&l->model, k));
+    if (!e) e = mpr_optimizer_state_export(l->opt, d, "optim.");
+    if (!e && l->model.inv_scale) e = mpr_tensor_dict_set(d, "learner.inv_scale", l->model.inv_scale);
+    if (!e) e = save_samples(d, "replay", l->ring, l->ring_n);
+    if (!e) e = save_samples(d, "val", l->val, l->val_n);
+    if (!e) e = meta_i64(d, "learner.replay_n", l->ring_n);
+    if (!e) e = meta_i64(d, "learner.val_n", l->val_n);
+    if (!e) e = meta_f64(d, "learner.scale", l->scale);
+    if (!e) e = meta_i64(d, "learner.rng", (int64_t)l->rng);
+    if (!e) e = meta_i64(d, "learner.adam_steps", l->adam_steps);
+    if (!e) e = meta_i64(d, "learner.last_step", l->last_step);
+    if (!e) e = meta_i64(d, "learner.received", l->res.received);
+    if (!e) e = meta_i64(d, "learner.trained", l->res.trained);
+    if (!e) e = meta_i64(d, "learner.held_out", l->res.held_out);
+    if (!e) e = meta_i64(d, "learner.evals", l->res.evals);
+    if (!e) e = meta_f64(d, "learner.first_val_err", l->res.first_val_err);
+    app_ckpt_state_t st = {.step = cfg->sim_steps, .wall_s = app_now() - l->t0, .seed = cfg->seed};
+    if (!e) e = app_ckpt_save(cfg->checkpoint_dir, d, &st, 2);
+    mpr_tensor_dict_destroy(d);
+    return e;
+}
+
+/* Everything learner_save wrote, into a learner whose model and optimizer exist. */
+static mpr_err_t learner_restore(learner_t *l, const mpr_tensor_dict_t *d) {
+    mpr_err_t e = MPR_OK;
+    int64_t rng = 0, trained = 0, received = 0, held = 0, evals = 0;
+    for (int k = 0; k < 3 && !e; k++) e = app_dict_copy_into_module(d, module_prefix[k], model_module(&l->model, k));
+    if (!e) e = mpr_optimizer_state_import(l->opt, d, "optim.");
+    if (!e) e = get_meta(d, "learner.scale", false, NULL, &l->scale);
+    if (!e) e = get_meta(d, "learner.rng", true, &rng, NULL);
+    if (!e) e = get_meta(d, "learner.adam_steps", true, &l->adam_steps, NULL);
+    if (!e) e = get_meta(d, "learner.last_step", true, &l->last_step, NULL);
+    if (!e) e = get_meta(d, "learner.received", true, &received, NULL);
+    if (!e) e = get_meta(d, "learner.trained", true, &trained, NULL);
+    if (!e) e = get_meta(d, "learner.held_out", true, &held, NULL);
+    if (!e) e = get_meta(d, "learner.evals", true, &evals, NULL);
+    if (!e) e = get_meta(d, "learner.first_val_err", false, NULL, &l->res.first_val_err);
+    mpr_tensor_t *inv = mpr_tensor_dict_get(d, "learner.inv_scale");
+    if (!e && (l->scale != 0) != (inv != NULL))
+        e = mpr_error_set(MPR_ERR_INVALID_ARG, "learner checkpoint: the target scale and the moment scales disagree");
+    if (!e && inv) l->model.inv_scale = mpr_tensor_retain(inv);
+    if (!e) e = load_samples(d, "replay", l->ring, &l->ring_n, l->cfg->replay);
+    if (!e) e = load_samples(d, "val", l->val, &l->val_n, l->cfg->val_keep);
+    l->rng = (uint64_t)rng;
+    l->res.received = received, l->res.trained = trained, l->res.held_out = held, l->res.evals = evals;
+    l->base[0] = received, l->base[1] = trained, l->base[2] = held, l->base[3] = l->adam_steps;
+    return e;
+}
+
 mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
     learner_t l = {.cfg = cfg, .rng = cfg->seed ^ 0x5eed, .last_step = -1};
     l.res.first_val_err = l.res.final_val_err = NAN;
@@ -274,8 +402,13 @@ mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
         o.lr = cfg->lr;
         if (!(l.opt = mpr_optimizer_create("adam", params, n, &o))) e = mpr_last_error_code();
     }
+    if (!e && cfg->resume) {
+        e = learner_restore(&l, cfg->resume);
+        l.t0 -= cfg->resume_state->wall_s; /* the metrics' clock continues */
+    }
     static const char *const extra[] = {"sim_step", "val_rel_err", "samples_trained", "samples_received"};
-    if (!e && cfg->metrics_path && !(l.csv = app_metrics_open(cfg->metrics_path, extra, 4, -1)))
+    if (!e && cfg->metrics_path &&
+        !(l.csv = app_metrics_open(cfg->metrics_path, extra, 4, cfg->resume ? l.adam_steps : -1)))
         e = mpr_last_error_code();
     inbox_sample_t s;
     while (!e && inbox_pop(&s)) e = take(&l, s);
@@ -285,9 +418,11 @@ mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
         sample_release(&s);
     }
     if (!e) e = report(&l, true);
+    if (!e && cfg->checkpoint_dir) e = learner_save(&l);
     l.res.train_s = app_now() - l.t0;
     l.res.adam_steps = l.adam_steps;
-    *out = l.res;
+    *out = l.res; /* this run's counts: the sim ranks count only theirs */
+    out->received -= l.base[0], out->trained -= l.base[1], out->held_out -= l.base[2], out->adam_steps -= l.base[3];
     app_metrics_close(l.csv);
     for (int i = 0; i < l.ring_n; i++) sample_release(&l.ring[i]);
     for (int i = 0; i < l.val_n; i++) sample_release(&l.val[i]);

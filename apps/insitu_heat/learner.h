@@ -34,12 +34,26 @@
  * predicting "nothing changes", 0 a perfect surrogate. Evaluated when the
  * first held-out sample arrives, every `eval_every` Adam steps and at the end; each evaluation is a row of
  * the metrics CSV (app.h's columns plus sim_step, val_rel_err,
- * samples_trained, samples_received). */
+ * samples_trained, samples_received).
+ *
+ * Checkpoint (checkpoint_dir, written once every simulation rank is done and
+ * the inbox is empty, app_ckpt_save: atomic): everything the training loop's
+ * future depends on, so that a resumed learner fed the same samples
+ * continues bit for bit like one that never stopped: the surrogate's
+ * parameters ("model.stencil.*", "model.hidden.*", "model.out.*"), Adam's
+ * state (mpr_optimizer_state_export, "optim."), the moment scales
+ * ("learner.inv_scale"), the replay and validation samples ("replay.<k>.x",
+ * ".y", "val.<k>.x", ".y", their steps in the metadata), and in the
+ * metadata the target scale, the random state, the counts and the first
+ * validation error (doubles as %a hex). `resume` restores all of it before
+ * the first sample (the metrics CSV keeps its rows up to the checkpoint's
+ * Adam step). */
 #ifndef INSITU_HEAT_LEARNER_H
 #define INSITU_HEAT_LEARNER_H
 
 #include <stdint.h>
 
+#include "app.h"
 #include "mpirpc/error.h"
 
 typedef struct learner_config {
@@ -50,6 +64,10 @@ typedef struct learner_config {
     const char *metrics_path; /* NULL: no CSV */
     const char *label;        /* e.g. "learner 0", for the progress lines */
     double log_interval;      /* seconds between progress lines */
+    const char *checkpoint_dir; /* NULL: none; else this learner's folder, written at the end of the run */
+    int64_t sim_steps;          /* the simulation steps done at the end (the checkpoint's app.step) */
+    const mpr_tensor_dict_t *resume;     /* NULL, or a checkpoint (borrowed) to continue from */
+    const app_ckpt_state_t *resume_state; /* its run state (with resume) */
 } learner_config_t;
 
 typedef struct learner_result {

@@ -21,11 +21,21 @@ Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
   two_learners  5 ranks: 3 simulation ranks (uneven: 63 rows) stream to 2 learners
                 (ranks 0 and 2 to learner 0, rank 1 to learner 1): same field as
                 without streaming, and the counts add up over both learners.
-  bad_options   a bad value, an unknown option and too few ranks exit 2.
+  resume        1 simulation rank + 1 learner with one sample in flight (so the
+                learner gets the samples in step order): a run stopped half-way
+                (its checkpoint: the field, the learner's model, Adam state,
+                replay and validation samples, random state, counts) and resumed
+                ends with checkpoint tensors (parameters, Adam moments, ...)
+                bit-identical to an uninterrupted run's, the same metadata but
+                the wall clock and the count of evaluations, the same field;
+                --resume without a checkpoint exits 1 saying what is missing.
+  bad_options   a bad value, an unknown option, --checkpoint-every and too few
+                ranks exit 2.
 Every case prints what ran; any failed check exits 1.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,6 +57,17 @@ def check(cond, what):
     if not cond:
         print(f"insitu_test.py: FAILED: {what}", flush=True)
         sys.exit(1)
+
+
+def safetensors(path):
+    """{name: raw bytes} and the metadata of a .safetensors file."""
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = b[8 + n:]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}, meta
 
 
 def main(argv):
@@ -125,9 +146,43 @@ def main(argv):
             check("MPI_THREAD_MULTIPLE" in out and "without in-situ training" in out, "mpr_init's error is shown")
             check(b and not b["stream"] and "stream_error" in b and b["ok"], "stream off, with the error")
             check(a["checksum"] == b["checksum"], "the simulation's result is unchanged")
+        elif case == "resume":
+            # 1 simulation rank + 1 learner, one sample in flight: the learner sees the samples in step order,
+            # so its training is a function of them and a resumed run can be compared bit for bit.
+            mpi2 = mpiexec + ["-n", "2", binary]
+            one = small + ["--max-inflight", "1"]
+            half = int(small[small.index("--steps") + 1]) // 2
+            _, a = run(mpi2 + one + ["--checkpoint-dir", "A"], tmp)  # uninterrupted
+            _, b1 = run(mpi2 + one + ["--steps", str(half), "--checkpoint-dir", "B"], tmp)  # stopped half-way
+            _, b2 = run(mpi2 + one + ["--checkpoint-dir", "B", "--resume"], tmp)  # resumed
+            check(a["ok"] and b1["ok"] and b2["ok"] and b2.get("resumed_at") == half, "three runs ok, the last resumed")
+            check(b1["samples_sent"] + b2["samples_sent"] == a["samples_sent"] and
+                  b1["samples_trained"] + b2["samples_trained"] == a["samples_trained"] and
+                  b1["adam_steps"] + b2["adam_steps"] == a["adam_steps"], "the two halves add up to the whole run")
+            check(a["checksum"] == b2["checksum"], "the resumed simulation ends with the same field")
+            steps = int(small[small.index("--steps") + 1])
+            ta, ma = safetensors(os.path.join(tmp, "A", "learner0", f"ckpt-{steps:010d}.safetensors"))
+            tb, mb = safetensors(os.path.join(tmp, "B", "learner0", f"ckpt-{steps:010d}.safetensors"))
+            check(sorted(ta) == sorted(tb), f"the same checkpoint entries: {sorted(set(ta) ^ set(tb))}")
+            for prefix in ("model.", "optim.state.", "learner.inv_scale", "replay.", "val."):
+                check(any(k.startswith(prefix) for k in ta), f"the checkpoint has {prefix}*")
+            differ = [k for k in ta if ta[k] != tb[k]]
+            check(not differ, f"tensors differ after resuming: {differ}")
+            # all metadata equal but the wall clock and the number of evaluations (the stopped run's final one)
+            meta_differ = [k for k in ma if ma[k] != mb.get(k) and k not in ("app.wall_s", "learner.evals")]
+            check(not meta_differ and len(ma) == len(mb), f"metadata differ: {meta_differ}")
+            check(int(ma["learner.adam_steps"]) == a["adam_steps"] > 0, "Adam steps in the checkpoint")
+            print(f"resume: {len(ta)} tensors ({sum(k.startswith('model.') for k in ta)} parameters) bit-identical "
+                  f"to the uninterrupted run's after {ma['learner.adam_steps']} Adam steps")
+            out, _ = run(mpi2 + one + ["--checkpoint-dir", "empty", "--resume"], tmp, expect=1)
+            check("lacks the simulation's field" in out, "--resume without a checkpoint says so")
         elif case == "bad_options":
             out, _ = run([binary, "--every", "0"], tmp, expect=2)
             check("every" in out, "names --every")
+            out, _ = run([binary, "--checkpoint-dir", "x", "--checkpoint-every", "5"], tmp, expect=2)
+            check("end of the run" in out, "--checkpoint-every is refused")
+            out, _ = run([binary, "--decomp", "3d"], tmp, expect=2)
+            check("decomp" in out, "names --decomp")
             out, _ = run([binary, "--bogus"], tmp, expect=2)
             check("bogus" in out, "names --bogus")
             out, _ = run(mpiexec + ["-n", "2", binary, "--learners", "2"] + small, tmp, expect=2)
