@@ -44,6 +44,7 @@
 #include "heat.h"
 #include "inbox.h"
 #include "learner.h"
+#include "shared.h"
 #include "mpirpc/mpirpc.h"
 #include "stream.h"
 
@@ -57,7 +58,7 @@ typedef struct config {
     int64_t nx, ny, steps, every, learners, max_inflight, inbox, progress_pu;
     int64_t channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every;
     double r, q, lr;
-    bool no_stream;
+    bool no_stream, share;
     const char *when_full, *thread_level, *field, *decomp;
     app_common_t common;
 } config_t;
@@ -81,6 +82,8 @@ static void parse(int argc, char **argv, config_t *c) {
          "thread level the host asks MPI_Init_thread for (mpirpc needs multiple)"},
         {"no-stream", APP_OPT_FLAG, &c->no_stream, 0, 0, NULL, "run the simulation only, without mpirpc"},
         {"learners", APP_OPT_INT, &c->learners, 1, 1024, NULL, "learner ranks (the last ones)"},
+        {"learners-share", APP_OPT_FLAG, &c->share, 0, 0, NULL,
+         "the learners train ONE surrogate held by learner 0 (dist autograd + DistributedOptimizer)"},
         {"every", APP_OPT_INT, &c->every, 1, 1e9, NULL, "stream a sample every K steps"},
         {"max-inflight", APP_OPT_INT, &c->max_inflight, 1, 1024, NULL, "samples in flight per simulation rank"},
         {"when-full", APP_OPT_CHOICE, &c->when_full, 0, 0, "wait|skip",
@@ -99,6 +102,11 @@ static void parse(int argc, char **argv, config_t *c) {
         {"lr", APP_OPT_DOUBLE, &c->lr, 0, 10, NULL, "Adam learning rate"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
+    if (c->share && c->common.checkpoint_dir) {
+        if (app_launch_rank() == 0)
+            fprintf(stderr, "insitu_heat: --learners-share has no checkpoints yet (drop --checkpoint-dir); try --help\n");
+        exit(2);
+    }
     if (c->common.checkpoint_every) {
         if (app_launch_rank() == 0)
             fprintf(stderr, "insitu_heat: --checkpoint-every: checkpoints are written at the end of the run only "
@@ -130,6 +138,7 @@ typedef struct run_state {
     int dims[2];        /* its process grid, rows x columns */
     char stream_error[512];
     char progress_binding[64]; /* where rank 0's progress thread runs (mpr_debug_info_t) */
+    int64_t *per_learner;      /* [3 x learners]: samples trained, Adam steps, steps applied by the owner (shared) */
     int64_t start_step;        /* 0, or the step a --resume continues from */
     char sim_ckpt[4096];       /* sim ranks, --resume: the field file of start_step */
     mpr_tensor_dict_t *learner_ckpt; /* learner ranks, --resume: its checkpoint */
@@ -295,7 +304,7 @@ static void run_learner(run_state_t *st, int index) {
                            .seed = (uint64_t)cfg->common.seed + (uint64_t)index,
                            .metrics_path = index == 0 ? cfg->common.metrics_path : NULL, .label = label,
                            .log_interval = cfg->common.log_interval, .sim_steps = cfg->steps,
-                           .resume = st->learner_ckpt, .resume_state = &st->learner_state};
+                           .resume = st->learner_ckpt, .resume_state = &st->learner_state, .shared = cfg->share};
     char dir[4096];
     if (cfg->common.checkpoint_dir) {
         snprintf(dir, sizeof dir, "%s/learner%d", cfg->common.checkpoint_dir, index);
@@ -309,6 +318,8 @@ static void run_learner(run_state_t *st, int index) {
     }
     int64_t *c = st->counts;
     c[N_RECEIVED] = res.received, c[N_TRAINED] = res.trained, c[N_HELD] = res.held_out, c[N_ADAM] = res.adam_steps;
+    st->per_learner[index] = res.trained, st->per_learner[st->learners + index] = res.adam_steps;
+    st->per_learner[2 * st->learners + index] = res.owner_steps;
     st->times[T_TRAIN] = res.train_s;
     if (index == 0) {
         st->times[T_FIRST_ERR] = isnan(res.first_val_err) ? -1 : res.first_val_err;
@@ -368,6 +379,15 @@ static void print_summary(const run_state_t *st, const int64_t *c, const double 
         if (k != N_BYTES) cJSON_AddNumberToObject(j, names[k], (double)c[k]);
     cJSON_AddNumberToObject(j, "wait_s", t[T_WAIT]);
     cJSON_AddNumberToObject(j, "train_s", t[T_TRAIN]);
+    if (st->stream) {
+        cJSON_AddBoolToObject(j, "learners_share", cfg->share);
+        static const char *const arrays[3] = {"learner_trained", "learner_adam_steps", "learner_owner_steps"};
+        for (int a = 0; a < (cfg->share ? 3 : 2); a++) {
+            cJSON *arr = cJSON_AddArrayToObject(j, arrays[a]);
+            for (int k = 0; k < st->learners; k++)
+                cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)st->per_learner[a * st->learners + k]));
+        }
+    }
     if (t[T_FIRST_ERR] >= 0) cJSON_AddNumberToObject(j, "first_val_err", t[T_FIRST_ERR]);
     if (t[T_FINAL_ERR] >= 0) cJSON_AddNumberToObject(j, "final_val_err", t[T_FINAL_ERR]);
     cJSON_AddBoolToObject(j, "ok", counts_ok && !st->failed);
@@ -396,6 +416,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     bool learner = st.world_rank >= st.sims;
+    int64_t *per_learner = calloc((size_t)st.learners * 3, sizeof *per_learner);
+    st.per_learner = calloc((size_t)st.learners * 3, sizeof *st.per_learner);
+    if (!per_learner || !st.per_learner) {
+        fprintf(stderr, "insitu_heat: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     int role_rank = learner ? st.world_rank - st.sims : st.world_rank;
     MPI_Comm role_comm; /* the simulation's own communicator (and the learners') */
     MPI_Comm_split(MPI_COMM_WORLD, learner, st.world_rank, &role_comm);
@@ -419,6 +445,8 @@ int main(int argc, char **argv) {
             o.progress_thread_pu = (int)cfg.progress_pu + local;
         }
         mpr_err_t e = inbox_register();
+        if (!e) e = shared_register();
+        if (!e && learner && role_rank == 0 && cfg.share) e = shared_host((int)cfg.channels, (uint64_t)cfg.common.seed);
         if (!e) e = mpr_init(&o);
         mpr_debug_info_t d;
         if (!e && !mpr_get_debug_info(&d)) snprintf(st.progress_binding, sizeof st.progress_binding, "%s", d.progress_binding);
@@ -435,6 +463,9 @@ int main(int argc, char **argv) {
         if (st.stream) mpr_shutdown(true);
         mpr_tensor_dict_destroy(st.learner_ckpt);
         inbox_cleanup();
+        shared_cleanup();
+        free(per_learner);
+        free(st.per_learner);
         MPI_Comm_free(&role_comm);
         MPI_Finalize();
         return 1;
@@ -451,6 +482,8 @@ int main(int argc, char **argv) {
     allreduce_sleeping(st.counts, counts, N_COUNTS, MPI_INT64_T, MPI_SUM);
     allreduce_sleeping(st.times, times, N_TIMES, MPI_DOUBLE, MPI_MAX);
     allreduce_sleeping(&failed, &any_failed, 1, MPI_INT, MPI_MAX);
+    allreduce_sleeping(st.per_learner, per_learner, 3 * st.learners, MPI_INT64_T, MPI_SUM);
+    memcpy(st.per_learner, per_learner, (size_t)st.learners * 3 * sizeof *per_learner);
     st.failed = any_failed;
     int rc = st.failed;
     if (st.world_rank == 0) {
@@ -460,7 +493,10 @@ int main(int argc, char **argv) {
             rc = 1;
     }
     inbox_cleanup();
+    shared_cleanup();
     mpr_tensor_dict_destroy(st.learner_ckpt);
+    free(per_learner);
+    free(st.per_learner);
     MPI_Comm_free(&role_comm);
     MPI_Finalize();
     return rc;

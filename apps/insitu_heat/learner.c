@@ -14,21 +14,15 @@
 #include "inbox.h"
 #include "insitu.h"
 #include "mpirpc/mpirpc.h"
-
-/* The surrogate: fixed moment filters (their output scaled per channel),
- * a learned linear combination of them, plus a small MLP of the value. */
-typedef struct surrogate {
-    mpr_tensor_t *moments;   /* [9, 1, 3, 3], fixed: outer products of (centre, d/dx, d2/dx2) */
-    mpr_tensor_t *inv_scale; /* [1, 9, 1, 1]: 1 / RMS of each moment over the first training sample */
-    mpr_module_t *stencil;   /* Conv2d(9, 1, 1x1) */
-    mpr_module_t *hidden;    /* Conv2d(1, C, 1x1) on the value channel */
-    mpr_module_t *out;       /* Conv2d(C, 1, 1x1) */
-} surrogate_t;
+#include "shared.h"
+#include "surrogate.h"
 
 typedef struct learner {
     const learner_config_t *cfg;
-    surrogate_t model;
-    mpr_optimizer_t *opt;
+    surrogate_t own;            /* the learner's own model (not shared) */
+    surrogate_t *model;         /* &own, or on learner 0 with sharing the shared one; NULL on the other sharing learners */
+    mpr_optimizer_t *opt;       /* not shared: Adam on own's parameters */
+    mpr_dist_optimizer_t *dopt; /* shared: this learner's DistributedOptimizer over learner 0's parameters */
     mpr_generator_t *gen;
     uint64_t rng;
     inbox_sample_t *ring; /* replay samples, ring_n of them (reservoir) */
@@ -78,46 +72,6 @@ static void replay_offer(learner_t *l, inbox_sample_t s, int64_t seen) {
 static int sample_rows(const inbox_sample_t *s) { return (int)mpr_tensor_shape(s->y)[0]; }
 static int sample_cols(const inbox_sample_t *s) { return (int)mpr_tensor_shape(s->y)[1]; }
 
-static mpr_err_t surrogate_init(surrogate_t *m, int channels, mpr_generator_t *gen) {
-    static const float p[3][3] = {{0, 1, 0}, {-0.5f, 0, 0.5f}, {1, -2, 1}}; /* value, d/dx, d2/dx2 */
-    float w[9][3][3];
-    for (int a = 0; a < 3; a++) /* filter 3a + b: p[a] along rows (y) times p[b] along columns (x) */
-        for (int b = 0; b < 3; b++)
-            for (int i = 0; i < 3; i++)
-                for (int j = 0; j < 3; j++) w[3 * a + b][i][j] = p[a][i] * p[b][j];
-    m->moments = mpr_from_buffer(MPR_F32, MPR_SHAPE(9, 1, 3, 3), w);
-    m->stencil = mpr_conv2d_create(9, 1, 1, 1, 1, 0, true, MPR_F32, gen);
-    m->hidden = mpr_conv2d_create(1, channels, 1, 1, 1, 0, true, MPR_F32, gen);
-    m->out = mpr_conv2d_create(channels, 1, 1, 1, 1, 0, true, MPR_F32, gen);
-    return m->moments && m->stencil && m->hidden && m->out ? MPR_OK : mpr_last_error_code();
-}
-
-static void surrogate_destroy(surrogate_t *m) {
-    mpr_tensor_release(m->moments);
-    mpr_tensor_release(m->inv_scale);
-    mpr_module_destroy(m->stencil);
-    mpr_module_destroy(m->hidden);
-    mpr_module_destroy(m->out);
-}
-
-/* The per-moment scale, from x [1, 1, h+2, w+2] (the first training sample). */
-static mpr_err_t surrogate_set_scale(surrogate_t *m, mpr_tensor_t *x) {
-    mpr_scope_begin();
-    mpr_tensor_t *f = mpr_conv2d(x, m->moments, NULL, 1, 1, 0, 0);
-    mpr_tensor_t *inv = mpr_pow(mpr_add_scalar(mpr_mean_dims(mpr_mul(f, f), 3, (int[]){0, 2, 3}, true), 1e-20), -0.5);
-    m->inv_scale = mpr_scope_keep(inv);
-    mpr_scope_end();
-    return m->inv_scale ? MPR_OK : mpr_last_error_code();
-}
-
-/* x [B, 1, h+2, w+2] -> the predicted increment / target scale, [B, 1, h, w] (scope-owned). */
-static mpr_tensor_t *surrogate_forward(surrogate_t *m, mpr_tensor_t *x) {
-    mpr_tensor_t *f = mpr_mul(mpr_conv2d(x, m->moments, NULL, 1, 1, 0, 0), m->inv_scale);
-    mpr_tensor_t *value = mpr_narrow(f, 1, 0, 1);
-    return mpr_add(mpr_module_forward(m->stencil, f),
-                   mpr_module_forward(m->out, mpr_tanh(mpr_module_forward(m->hidden, value))));
-}
-
 /* Scope-owned views: the c x c interior crop at (i, j) of s's y, its frame crop of x, and the matching x interior. */
 static void crop(const inbox_sample_t *s, int64_t i, int64_t j, int64_t c, mpr_tensor_t **xf, mpr_tensor_t **inc) {
     *xf = mpr_narrow(mpr_narrow(s->x, 0, i, c + 2), 1, j, c + 2);
@@ -146,11 +100,25 @@ static mpr_err_t train_step(learner_t *l, const inbox_sample_t *fresh) {
     }
     mpr_tensor_t *x = mpr_unsqueeze(mpr_stack(xs, b, 0), 1);
     mpr_tensor_t *target = mpr_mul_scalar(mpr_unsqueeze(mpr_stack(ts, b, 0), 1), 1.0 / l->scale);
-    mpr_optimizer_zero_grad(l->opt);
-    mpr_tensor_t *loss = mpr_mse_loss(surrogate_forward(&l->model, x), target);
+    mpr_tensor_t *loss = NULL;
     double v = NAN;
-    mpr_err_t e = loss ? mpr_backward(loss, NULL, false) : mpr_last_error_code();
-    if (!e) e = mpr_optimizer_step(l->opt);
+    mpr_err_t e = MPR_OK;
+    if (!cfg->shared) {
+        mpr_optimizer_zero_grad(l->opt);
+        loss = mpr_mse_loss(surrogate_forward(l->model, x, false), target);
+        e = loss ? mpr_backward(loss, NULL, false) : mpr_last_error_code();
+        if (!e) e = mpr_optimizer_step(l->opt);
+    } else { /* the forward on learner 0, the gradients to its parameters, its optimizer steps them */
+        int64_t ctx = 0;
+        e = mpr_dist_context_begin(&ctx);
+        if (!e) {
+            loss = mpr_mse_loss(shared_forward(x), target);
+            e = loss ? mpr_dist_backward(ctx, &loss, 1, false) : mpr_last_error_code();
+            if (!e) e = mpr_dist_optimizer_step(l->dopt, ctx);
+            mpr_err_t e2 = mpr_dist_context_end(ctx);
+            if (!e) e = e2;
+        }
+    }
     if (!e) e = mpr_item(loss, &v);
     mpr_scope_end();
     free(xs);
@@ -172,7 +140,7 @@ static mpr_err_t validate(learner_t *l, double *err) {
         mpr_tensor_t *xf = mpr_unsqueeze(mpr_unsqueeze(s->x, 0), 0);
         int64_t h = sample_rows(s), w = sample_cols(s);
         mpr_tensor_t *inc = mpr_sub(s->y, mpr_narrow(mpr_narrow(s->x, 0, 1, h), 1, 1, w));
-        mpr_tensor_t *pred = mpr_mul_scalar(surrogate_forward(&l->model, xf), l->scale);
+        mpr_tensor_t *pred = mpr_mul_scalar(surrogate_forward(l->model, xf, false), l->scale);
         mpr_tensor_t *d = mpr_sub(mpr_reshape(pred, 2, (int64_t[]){h, w}), inc);
         double a = NAN, b = NAN;
         if (!d || mpr_item(mpr_sum(mpr_mul(d, d)), &a) || mpr_item(mpr_sum(mpr_mul(inc, inc)), &b))
@@ -188,7 +156,7 @@ static mpr_err_t validate(learner_t *l, double *err) {
 static mpr_err_t report(learner_t *l, bool final) {
     /* nothing to validate on yet, or no training sample yet (the scales come from the first one:
      * samples may arrive out of order, handlers run on several pool threads) */
-    if (l->val_n == 0 || l->scale == 0) return MPR_OK;
+    if (l->val_n == 0 || l->scale == 0 || !l->model) return MPR_OK; /* (sharing: learner 0 validates) */
     double err;
     mpr_err_t e = validate(l, &err);
     if (e) return e;
@@ -223,19 +191,9 @@ static mpr_err_t take(learner_t *l, inbox_sample_t s) {
         return l->res.evals == 0 ? report(l, false) : MPR_OK; /* the untrained (or barely trained) error */
     }
     if (l->scale == 0) { /* the scales of the target and of the moments: from this first sample */
-        int64_t h = sample_rows(&s), w = sample_cols(&s);
-        mpr_scope_begin();
-        mpr_tensor_t *inc = mpr_sub(s.y, mpr_narrow(mpr_narrow(s.x, 0, 1, h), 1, 1, w));
-        double ms = 0;
-        mpr_err_t e = mpr_item(mpr_mean(mpr_mul(inc, inc)), &ms);
-        if (!e) e = surrogate_set_scale(&l->model, mpr_unsqueeze(mpr_unsqueeze(s.x, 0), 0));
-        mpr_scope_end();
+        mpr_err_t e = cfg->shared ? shared_scale(s.x, s.y, &l->scale) : surrogate_set_scales(l->model, s.x, s.y, &l->scale);
+        if (!e && l->res.evals == 0) e = report(l, false); /* held-out samples came first: the untrained error */
         if (e) {
-            sample_release(&s);
-            return e;
-        }
-        l->scale = ms > 0 ? sqrt(ms) : 1.0;
-        if (l->res.evals == 0 && (e = report(l, false))) { /* held-out samples came first: the untrained error */
             sample_release(&s);
             return e;
         }
@@ -256,9 +214,6 @@ static mpr_err_t take(learner_t *l, inbox_sample_t s) {
 
 /* ---- checkpoint (see learner.h) ---- */
 
-static const char *const module_prefix[3] = {"model.stencil.", "model.hidden.", "model.out."};
-
-static mpr_module_t *model_module(surrogate_t *m, int k) { return k == 0 ? m->stencil : k == 1 ? m->hidden : m->out; }
 
 static mpr_err_t meta_i64(mpr_tensor_dict_t *d, const char *key, int64_t v) {
     char buf[32];
@@ -329,9 +284,9 @@ static mpr_err_t learner_save(learner_t *l) {
     mpr_tensor_dict_t *d = mpr_tensor_dict_create();
     if (!d) return mpr_last_error_code();
     mpr_err_t e = MPR_OK;
-    for (int k = 0; k < 3 && !e; k++) e = app_dict_add_module(d, module_prefix[k], model_module(&l->model, k));
+    for (int k = 0; k < 3 && !e; k++) e = app_dict_add_module(d, surrogate_module_prefix[k], surrogate_module(l->model, k));
     if (!e) e = mpr_optimizer_state_export(l->opt, d, "optim.");
-    if (!e && l->model.inv_scale) e = mpr_tensor_dict_set(d, "learner.inv_scale", l->model.inv_scale);
+    if (!e && l->model->inv_scale) e = mpr_tensor_dict_set(d, "learner.inv_scale", l->model->inv_scale);
     if (!e) e = save_samples(d, "replay", l->ring, l->ring_n);
     if (!e) e = save_samples(d, "val", l->val, l->val_n);
     if (!e) e = meta_i64(d, "learner.replay_n", l->ring_n);
@@ -355,7 +310,7 @@ static mpr_err_t learner_save(learner_t *l) {
 static mpr_err_t learner_restore(learner_t *l, const mpr_tensor_dict_t *d) {
     mpr_err_t e = MPR_OK;
     int64_t rng = 0, trained = 0, received = 0, held = 0, evals = 0;
-    for (int k = 0; k < 3 && !e; k++) e = app_dict_copy_into_module(d, module_prefix[k], model_module(&l->model, k));
+    for (int k = 0; k < 3 && !e; k++) e = app_dict_copy_into_module(d, surrogate_module_prefix[k], surrogate_module(l->model, k));
     if (!e) e = mpr_optimizer_state_import(l->opt, d, "optim.");
     if (!e) e = get_meta(d, "learner.scale", false, NULL, &l->scale);
     if (!e) e = get_meta(d, "learner.rng", true, &rng, NULL);
@@ -369,7 +324,7 @@ static mpr_err_t learner_restore(learner_t *l, const mpr_tensor_dict_t *d) {
     mpr_tensor_t *inv = mpr_tensor_dict_get(d, "learner.inv_scale");
     if (!e && (l->scale != 0) != (inv != NULL))
         e = mpr_error_set(MPR_ERR_INVALID_ARG, "learner checkpoint: the target scale and the moment scales disagree");
-    if (!e && inv) l->model.inv_scale = mpr_tensor_retain(inv);
+    if (!e && inv) l->model->inv_scale = mpr_tensor_retain(inv);
     if (!e) e = load_samples(d, "replay", l->ring, &l->ring_n, l->cfg->replay);
     if (!e) e = load_samples(d, "val", l->val, &l->val_n, l->cfg->val_keep);
     l->rng = (uint64_t)rng;
@@ -387,20 +342,18 @@ mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
     l.val = calloc((size_t)cfg->val_keep, sizeof *l.val);
     l.gen = mpr_generator_create(cfg->seed);
     if (!l.ring || !l.val || !l.gen) e = mpr_error_set(MPR_ERR_NOMEM, "learner: out of memory");
-    if (!e) e = surrogate_init(&l.model, cfg->channels, l.gen);
-    if (!e) {
-        mpr_tensor_t *params[6];
-        mpr_module_t *mods[3] = {l.model.stencil, l.model.hidden, l.model.out};
-        int n = 0;
-        for (int k = 0; k < 3; k++)
-            for (int i = 0; i < mpr_module_num_parameters(mods[k]); i++) {
-                INSITU_ASSERT(n < 6);
-                params[n++] = mpr_module_parameter(mods[k], i, NULL);
-            }
+    if (!e && !cfg->shared) { /* its own model and Adam */
+        l.model = &l.own;
+        e = surrogate_init(&l.own, cfg->channels, l.gen);
+        mpr_tensor_t *params[SURROGATE_PARAMS];
+        if (!e) surrogate_parameters(&l.own, params);
         mpr_optim_options_t o;
         mpr_optim_options_default("adam", &o);
         o.lr = cfg->lr;
-        if (!(l.opt = mpr_optimizer_create("adam", params, n, &o))) e = mpr_last_error_code();
+        if (!e && !(l.opt = mpr_optimizer_create("adam", params, SURROGATE_PARAMS, &o))) e = mpr_last_error_code();
+    } else if (!e) { /* learner 0's model, a DistributedOptimizer over its parameters */
+        l.model = shared_model(); /* learner 0 only */
+        if (!(l.dopt = shared_optimizer(cfg->lr))) e = mpr_last_error_code();
     }
     if (!e && cfg->resume) {
         e = learner_restore(&l, cfg->resume);
@@ -419,6 +372,15 @@ mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
     }
     if (!e) e = report(&l, true);
     if (!e && cfg->checkpoint_dir) e = learner_save(&l);
+    l.res.owner_steps = -1;
+    if (!e && l.dopt) { /* what learner 0 applied of this learner's steps: its Adam's step count there */
+        mpr_tensor_dict_t *d = mpr_tensor_dict_create();
+        double steps = -1;
+        e = d ? mpr_dist_optimizer_state_export(l.dopt, d, NULL) : mpr_last_error_code();
+        mpr_tensor_t *t = e ? NULL : mpr_tensor_dict_get(d, "state.0.step");
+        if (t && !mpr_item(t, &steps)) l.res.owner_steps = (int64_t)steps;
+        mpr_tensor_dict_destroy(d);
+    }
     l.res.train_s = app_now() - l.t0;
     l.res.adam_steps = l.adam_steps;
     *out = l.res; /* this run's counts: the sim ranks count only theirs */
@@ -429,7 +391,8 @@ mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
     free(l.ring);
     free(l.val);
     mpr_optimizer_destroy(l.opt);
-    surrogate_destroy(&l.model);
+    mpr_dist_optimizer_destroy(l.dopt);
+    surrogate_destroy(&l.own);
     mpr_generator_destroy(l.gen);
     if (!e) INSITU_ASSERT(out->received == out->trained + out->held_out);
     return e;

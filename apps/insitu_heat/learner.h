@@ -36,6 +36,12 @@
  * the metrics CSV (app.h's columns plus sim_step, val_rel_err,
  * samples_trained, samples_received).
  *
+ * Shared (shared.h): the learners train learner 0's model instead of their
+ * own, each with its DistributedOptimizer (Adam) stepping it in a
+ * dist-autograd context; the target scale comes from learner 0. Only
+ * learner 0 (which holds the model) validates and writes the CSV; the
+ * others hold out the same samples but only count them. No checkpoints.
+ *
  * Checkpoint (checkpoint_dir, written once every simulation rank is done and
  * the inbox is empty, app_ckpt_save: atomic): everything the training loop's
  * future depends on, so that a resumed learner fed the same samples
@@ -51,6 +57,7 @@
 #ifndef INSITU_HEAT_LEARNER_H
 #define INSITU_HEAT_LEARNER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "app.h"
@@ -64,14 +71,16 @@ typedef struct learner_config {
     const char *metrics_path; /* NULL: no CSV */
     const char *label;        /* e.g. "learner 0", for the progress lines */
     double log_interval;      /* seconds between progress lines */
+    bool shared;                /* train learner 0's model with the others (shared.h; learner 0 hosts it) */
     const char *checkpoint_dir; /* NULL: none; else this learner's folder, written at the end of the run */
     int64_t sim_steps;          /* the simulation steps done at the end (the checkpoint's app.step) */
     const mpr_tensor_dict_t *resume;     /* NULL, or a checkpoint (borrowed) to continue from */
     const app_ckpt_state_t *resume_state; /* its run state (with resume) */
 } learner_config_t;
 
-typedef struct learner_result {
+typedef struct learner_result { /* counts of this run (a resumed learner: since the resume) */
     int64_t received, trained, held_out, adam_steps, evals;
+    int64_t owner_steps; /* shared: the step count of this learner's Adam on learner 0 (its state.0.step), else -1 */
     double first_val_err, final_val_err; /* NaN when never evaluated */
     double train_s;
 } learner_result_t;

@@ -21,6 +21,12 @@ Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
   two_learners  5 ranks: 3 simulation ranks (uneven: 63 rows) stream to 2 learners
                 (ranks 0 and 2 to learner 0, rank 1 to learner 1): same field as
                 without streaming, and the counts add up over both learners.
+  shared        4 ranks: 2 simulation ranks, 2 learners training one surrogate
+                (--learners-share: learner 0 holds it, each learner steps it with
+                its DistributedOptimizer from gradients of its own samples): the
+                validation error ends below half its first value, both learners
+                trained, and learner 0's Adam for each learner counts exactly the
+                steps that learner made (its gradients were applied there).
   resume        1 simulation rank + 1 learner with one sample in flight (so the
                 learner gets the samples in step order): a run stopped half-way
                 (its checkpoint: the field, the learner's model, Adam state,
@@ -146,6 +152,19 @@ def main(argv):
             check("MPI_THREAD_MULTIPLE" in out and "without in-situ training" in out, "mpr_init's error is shown")
             check(b and not b["stream"] and "stream_error" in b and b["ok"], "stream off, with the error")
             check(a["checksum"] == b["checksum"], "the simulation's result is unchanged")
+        elif case == "shared":
+            # 2 simulation ranks, 2 learners training ONE surrogate held by learner 0 (--learners-share)
+            _, j = run(mpiexec + ["-n", "4", binary, "--learners", "2", "--learners-share"] + small, tmp)
+            check(j and j["ok"] and j["learners_share"] and j["learners"] == 2, "summary ok, 2 learners sharing")
+            first, final = j["first_val_err"], j["final_val_err"]
+            check(final < 0.5 * first, f"the shared model's validation error {first:.4f} -> {final:.4f}, not below half")
+            trained, adam, owner = j["learner_trained"], j["learner_adam_steps"], j["learner_owner_steps"]
+            check(all(n > 0 for n in trained) and sum(trained) == j["samples_trained"], f"both learners trained: {trained}")
+            check(all(n > 0 for n in adam) and owner == adam,
+                  f"both learners' DistributedOptimizer steps were applied on learner 0: {adam} steps, {owner} applied")
+            check(j["samples_sent"] == j["samples_received"] == j["samples_trained"] + j["samples_held_out"],
+                  "sent == received == trained + held out")
+            print(f"shared: error {first:.4f} -> {final:.4f}; per learner {trained} samples, {adam} Adam steps")
         elif case == "resume":
             # 1 simulation rank + 1 learner, one sample in flight: the learner sees the samples in step order,
             # so its training is a function of them and a resumed run can be compared bit for bit.
@@ -181,6 +200,8 @@ def main(argv):
             check("every" in out, "names --every")
             out, _ = run([binary, "--checkpoint-dir", "x", "--checkpoint-every", "5"], tmp, expect=2)
             check("end of the run" in out, "--checkpoint-every is refused")
+            out, _ = run([binary, "--learners-share", "--checkpoint-dir", "x"], tmp, expect=2)
+            check("learners-share" in out, "--learners-share with checkpoints is refused")
             out, _ = run([binary, "--decomp", "3d"], tmp, expect=2)
             check("decomp" in out, "names --decomp")
             out, _ = run([binary, "--bogus"], tmp, expect=2)
