@@ -3,8 +3,8 @@
  * learner's functions and their arguments, and the app's invariant check.
  *
  *   INSITU_SAMPLE_FN [step, sim rank, x f32 (rows+2, cols+2), y f32 (rows, cols)] -> none
- *     x: a simulation rank's strip at `step` with its one-cell frame (halos
- *     and walls), y: the strip's interior one step later. The reply comes
+ *     x: a simulation rank's block at `step` with its one-cell frame (halos
+ *     and walls), y: the block's interior one step later. The reply comes
  *     once the sample is in the learner's bounded inbox.
  *   INSITU_DONE_FN [sim rank, samples sent] -> none
  *     the simulation rank has sent its last sample, every one acknowledged. */

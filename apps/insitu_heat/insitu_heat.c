@@ -7,17 +7,25 @@
  * MPI_Init_thread itself, splits MPI_COMM_WORLD into simulation ranks (the
  * first N - L) and learner ranks (the last L, --learners), and the
  * simulation ranks solve the 2-D heat equation (with a logistic heat source,
- * heat.h) on their own communicator
- * (heat.h: MPI_Sendrecv halos, MPI_Allreduce residual, MPI-IO output).
+ * heat.h) on their own communicator (heat.h: --decomp strips with
+ * MPI_Sendrecv halos, or 2d on an MPI_Cart_create grid with non-blocking
+ * halos overlapped with the update; MPI_Allreduce residual, MPI-IO output).
  *
  * mpirpc is added in the lines marked "mpirpc:" below: mpr_init on the
  * communicator the host chooses (MPI_COMM_WORLD: both roles; mpirpc
  * duplicates it and never finalizes MPI), a streamer per simulation rank
- * (stream.h: every --every K steps, the strip and its next state to a
+ * (stream.h: every --every K steps, the block and its next state to a
  * learner with rpc_async, at most --max-inflight in flight), the learner's
  * inbox and training loop (inbox.h, learner.h), and mpr_shutdown(true)
  * before the host's MPI_Finalize. Simulation rank s streams to learner
- * s mod L. With --no-stream, mpirpc is never initialized.
+ * s mod L. With --no-stream, mpirpc is never initialized. With
+ * --learners-share the learners train one surrogate held by learner 0
+ * (shared.h: dist autograd + a DistributedOptimizer per learner).
+ *
+ * Checkpoints (--checkpoint-dir, at the end of the run only: the one
+ * consistent cut of simulation and learners without extra coordination):
+ * the field and every learner's state; --resume continues from them, after
+ * every rank checked they are of the same step (see "checkpoints" below).
  *
  * If the host's MPI gives less than MPI_THREAD_MULTIPLE (try --thread-level
  * serialized), mpr_init fails with MPR_ERR_MPI naming the level; the program
@@ -27,8 +35,9 @@
  * Output: progress on stderr; the learner 0's metrics CSV (--metrics) and
  * its validation error against simulation steps as a PNG; one JSON summary
  * line on stdout from rank 0 (counts of samples sent, received, trained,
- * held out, skipped, failed; steps/s and bytes/s of the simulation; the
- * final field's checksum). Exit status 0 when every sample sent was
+ * held out, skipped, failed, per learner; steps/s, bytes/s and the time
+ * loop's CPU time of the simulation; the final field's checksum, the same
+ * for every decomposition). Exit status 0 when every sample sent was
  * received and trained on or held out, 1 otherwise, 2 for bad options. */
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -129,7 +129,7 @@ static mpr_err_t train_step(learner_t *l, const inbox_sample_t *fresh) {
     return MPR_OK;
 }
 
-/* Validation error over the kept held-out samples (whole strips, no grad). */
+/* Validation error over the kept held-out samples (whole blocks, no grad). */
 static mpr_err_t validate(learner_t *l, double *err) {
     double se = 0, ref = 0;
     bool prev = mpr_set_grad_enabled(false);

@@ -30,7 +30,7 @@
  * received == trained + held_out at the end (checked).
  *
  * Validation error: sqrt(sum (prediction - true increment)^2 / sum (true
- * increment)^2) over the validation set, whole strips: 1 is the error of
+ * increment)^2) over the validation set, whole blocks: 1 is the error of
  * predicting "nothing changes", 0 a perfect surrogate. Evaluated when the
  * first held-out sample arrives, every `eval_every` Adam steps and at the end; each evaluation is a row of
  * the metrics CSV (app.h's columns plus sim_step, val_rel_err,

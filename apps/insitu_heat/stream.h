@@ -41,7 +41,7 @@ typedef struct streamer streamer_t;
  * `sim_rank`. NULL with the error set when out of memory. */
 streamer_t *streamer_create(int learner, int sim_rank, int max_inflight, stream_policy_t policy, double timeout_s);
 
-/* Stream the sample of simulation step `step`: x = the strip with its frame,
+/* Stream the sample of simulation step `step`: x = the block with its frame,
  * xrows x xcols doubles with row stride `stride`, and y = the next state's
  * interior, the (xrows - 2) x (xcols - 2) block inside the frame of `next`
  * (same layout). MPR_OK also when the sample was skipped; an error only for
