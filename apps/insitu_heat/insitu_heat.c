@@ -111,11 +111,6 @@ static void parse(int argc, char **argv, config_t *c) {
         {"lr", APP_OPT_DOUBLE, &c->lr, 0, 10, NULL, "Adam learning rate"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
-    if (c->share && c->common.checkpoint_dir) {
-        if (app_launch_rank() == 0)
-            fprintf(stderr, "insitu_heat: --learners-share has no checkpoints yet (drop --checkpoint-dir); try --help\n");
-        exit(2);
-    }
     if (c->common.checkpoint_every) {
         if (app_launch_rank() == 0)
             fprintf(stderr, "insitu_heat: --checkpoint-every: checkpoints are written at the end of the run only "
@@ -220,6 +215,8 @@ static int find_resume_point(run_state_t *st, bool learner, int role_rank, MPI_C
         if (e && e != MPR_ERR_NOT_FOUND) fprintf(stderr, "insitu_heat: learner %d: %s\n", role_rank, mpr_last_error());
         if (!e && st->learner_state.seed != (uint64_t)cfg->common.seed + (uint64_t)role_rank)
             fprintf(stderr, "insitu_heat: learner %d: its checkpoint is of another --seed\n", role_rank);
+        else if (!e && cfg->share && role_rank == 0 && shared_restore(st->learner_ckpt))
+            fprintf(stderr, "insitu_heat: learner 0: the shared model: %s\n", mpr_last_error()); /* before the others train */
         else if (!e)
             step = st->learner_state.step;
     }
@@ -321,7 +318,8 @@ static void run_learner(run_state_t *st, int index) {
                            .seed = (uint64_t)cfg->common.seed + (uint64_t)index,
                            .metrics_path = index == 0 ? cfg->common.metrics_path : NULL, .label = label,
                            .log_interval = cfg->common.log_interval, .sim_steps = cfg->steps,
-                           .resume = st->learner_ckpt, .resume_state = &st->learner_state, .shared = cfg->share};
+                           .resume = st->learner_ckpt, .resume_state = &st->learner_state, .shared = cfg->share,
+                           .index = index, .learners = st->learners, .first_learner_rank = st->sims};
     char dir[4096];
     if (cfg->common.checkpoint_dir) {
         snprintf(dir, sizeof dir, "%s/learner%d", cfg->common.checkpoint_dir, index);
@@ -464,6 +462,7 @@ int main(int argc, char **argv) {
         }
         mpr_err_t e = inbox_register();
         if (!e) e = shared_register();
+        if (!e) e = app_sync_register();
         if (!e && learner && role_rank == 0 && cfg.share) e = shared_host((int)cfg.channels, (uint64_t)cfg.common.seed);
         if (!e) e = mpr_init(&o);
         mpr_debug_info_t d;
@@ -512,6 +511,7 @@ int main(int argc, char **argv) {
     }
     inbox_cleanup();
     shared_cleanup();
+    app_sync_cleanup();
     mpr_tensor_dict_destroy(st.learner_ckpt);
     free(per_learner);
     free(st.per_learner);

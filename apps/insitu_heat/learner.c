@@ -284,9 +284,10 @@ static mpr_err_t learner_save(learner_t *l) {
     mpr_tensor_dict_t *d = mpr_tensor_dict_create();
     if (!d) return mpr_last_error_code();
     mpr_err_t e = MPR_OK;
-    for (int k = 0; k < 3 && !e; k++) e = app_dict_add_module(d, surrogate_module_prefix[k], surrogate_module(l->model, k));
-    if (!e) e = mpr_optimizer_state_export(l->opt, d, "optim.");
-    if (!e && l->model->inv_scale) e = mpr_tensor_dict_set(d, "learner.inv_scale", l->model->inv_scale);
+    for (int k = 0; k < SURROGATE_MODULES && !e && l->model; k++) /* (sharing: learner 0 holds the model) */
+        e = app_dict_add_module(d, surrogate_module_prefix[k], surrogate_module(l->model, k));
+    if (!e) e = l->dopt ? mpr_dist_optimizer_state_export(l->dopt, d, "optim.") : mpr_optimizer_state_export(l->opt, d, "optim.");
+    if (!e && l->model && l->model->inv_scale) e = mpr_tensor_dict_set(d, "learner.inv_scale", l->model->inv_scale);
     if (!e) e = save_samples(d, "replay", l->ring, l->ring_n);
     if (!e) e = save_samples(d, "val", l->val, l->val_n);
     if (!e) e = meta_i64(d, "learner.replay_n", l->ring_n);
@@ -310,8 +311,10 @@ static mpr_err_t learner_save(learner_t *l) {
 static mpr_err_t learner_restore(learner_t *l, const mpr_tensor_dict_t *d) {
     mpr_err_t e = MPR_OK;
     int64_t rng = 0, trained = 0, received = 0, held = 0, evals = 0;
-    for (int k = 0; k < 3 && !e; k++) e = app_dict_copy_into_module(d, surrogate_module_prefix[k], surrogate_module(l->model, k));
-    if (!e) e = mpr_optimizer_state_import(l->opt, d, "optim.");
+    /* sharing: learner 0's model was restored before any learner trained (shared_restore) */
+    for (int k = 0; k < SURROGATE_MODULES && !e && !l->cfg->shared; k++)
+        e = app_dict_copy_into_module(d, surrogate_module_prefix[k], surrogate_module(l->model, k));
+    if (!e) e = l->dopt ? mpr_dist_optimizer_state_import(l->dopt, d, "optim.") : mpr_optimizer_state_import(l->opt, d, "optim.");
     if (!e) e = get_meta(d, "learner.scale", false, NULL, &l->scale);
     if (!e) e = get_meta(d, "learner.rng", true, &rng, NULL);
     if (!e) e = get_meta(d, "learner.adam_steps", true, &l->adam_steps, NULL);
@@ -322,9 +325,9 @@ static mpr_err_t learner_restore(learner_t *l, const mpr_tensor_dict_t *d) {
     if (!e) e = get_meta(d, "learner.evals", true, &evals, NULL);
     if (!e) e = get_meta(d, "learner.first_val_err", false, NULL, &l->res.first_val_err);
     mpr_tensor_t *inv = mpr_tensor_dict_get(d, "learner.inv_scale");
-    if (!e && (l->scale != 0) != (inv != NULL))
+    if (!e && !l->cfg->shared && (l->scale != 0) != (inv != NULL))
         e = mpr_error_set(MPR_ERR_INVALID_ARG, "learner checkpoint: the target scale and the moment scales disagree");
-    if (!e && inv) l->model->inv_scale = mpr_tensor_retain(inv);
+    if (!e && inv && !l->cfg->shared) l->model->inv_scale = mpr_tensor_retain(inv);
     if (!e) e = load_samples(d, "replay", l->ring, &l->ring_n, l->cfg->replay);
     if (!e) e = load_samples(d, "val", l->val, &l->val_n, l->cfg->val_keep);
     l->rng = (uint64_t)rng;
@@ -370,6 +373,8 @@ mpr_err_t learner_run(const learner_config_t *cfg, learner_result_t *out) {
         l.res.received++;
         sample_release(&s);
     }
+    if (!e && cfg->shared) /* every learner's last step is in the model before it is validated and saved */
+        e = app_sync(cfg->first_learner_rank, cfg->first_learner_rank + cfg->index, cfg->learners - 1, NULL, NULL);
     if (!e) e = report(&l, true);
     if (!e && cfg->checkpoint_dir) e = learner_save(&l);
     l.res.owner_steps = -1;

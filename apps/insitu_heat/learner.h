@@ -40,7 +40,11 @@
  * own, each with its DistributedOptimizer (Adam) stepping it in a
  * dist-autograd context; the target scale comes from learner 0. Only
  * learner 0 (which holds the model) validates and writes the CSV; the
- * others hold out the same samples but only count them. No checkpoints.
+ * others hold out the same samples but only count them. At the end all
+ * learners meet (app_sync) before learner 0's final validation and the
+ * checkpoints, so both see the model after every learner's last step. Checkpoints: the
+ * model only in learner 0's, "optim." is the learner's DistributedOptimizer
+ * state (its Adam on learner 0).
  *
  * Checkpoint (checkpoint_dir, written once every simulation rank is done and
  * the inbox is empty, app_ckpt_save: atomic): everything the training loop's
@@ -72,6 +76,8 @@ typedef struct learner_config {
     const char *label;        /* e.g. "learner 0", for the progress lines */
     double log_interval;      /* seconds between progress lines */
     bool shared;                /* train learner 0's model with the others (shared.h; learner 0 hosts it) */
+    int index, learners;        /* shared: this learner's index, how many there are */
+    int first_learner_rank;     /* shared: learner 0's mpirpc rank (the end barrier's leader, app_sync) */
     const char *checkpoint_dir; /* NULL: none; else this learner's folder, written at the end of the run */
     int64_t sim_steps;          /* the simulation steps done at the end (the checkpoint's app.step) */
     const mpr_tensor_dict_t *resume;     /* NULL, or a checkpoint (borrowed) to continue from */

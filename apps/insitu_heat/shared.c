@@ -3,6 +3,9 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
+
+#include "app.h"
 
 static struct {
     pthread_mutex_t lock;
@@ -102,6 +105,26 @@ void shared_cleanup(void) {
     sh.hosted = false;
     mpr_generator_destroy(sh.gen);
     sh.gen = NULL;
+}
+
+mpr_err_t shared_restore(const mpr_tensor_dict_t *d) {
+    mpr_err_t e = MPR_OK;
+    pthread_mutex_lock(&sh.lock);
+    if (!sh.hosted) e = mpr_error_set(MPR_ERR_STATE, "this worker does not hold the shared surrogate");
+    for (int k = 0; k < SURROGATE_MODULES && !e; k++)
+        e = app_dict_copy_into_module(d, surrogate_module_prefix[k], surrogate_module(&sh.model, k));
+    const char *scale = mpr_tensor_dict_get_meta(d, "learner.scale");
+    mpr_tensor_t *inv = mpr_tensor_dict_get(d, "learner.inv_scale");
+    double s = scale ? strtod(scale, NULL) : 0;
+    if (!e && (!scale || (s > 0) != (inv != NULL)))
+        e = mpr_error_set(MPR_ERR_INVALID_ARG, "learner checkpoint: the target scale and the moment scales disagree");
+    if (!e && inv) {
+        mpr_tensor_release(sh.model.inv_scale);
+        sh.model.inv_scale = mpr_tensor_retain(inv);
+        sh.scale = s;
+    }
+    pthread_mutex_unlock(&sh.lock);
+    return e;
 }
 
 mpr_dist_optimizer_t *shared_optimizer(double lr) {

@@ -23,11 +23,16 @@
  *     backward does not trip the version check. Error (MPR_ERR_STATE) before
  *     the scales are set.
  * States of the model on learner 0: CREATED (shared_host, before mpr_init)
- * -> SCALED (first SHARED_SCALE_FN) -> destroyed (shared_cleanup after
+ * -> SCALED (first SHARED_SCALE_FN, or shared_restore) -> destroyed (shared_cleanup after
  * mpr_shutdown). Updates are Hogwild-style, as in apps/param_server with
  * several trainers: a forward's clones (and learner 0's validation) may read
  * a parameter while another learner's step writes it; the owner serializes
  * the optimizer steps themselves (one lock per worker), so no update is lost.
+ *
+ * Checkpoints: learner 0's holds the model (and the scales); every
+ * learner's holds its DistributedOptimizer's state (its Adam on learner 0,
+ * gathered by mpr_dist_optimizer_state_export) and its own samples and
+ * counts (learner.h).
  *
  * Counts: each learner's Adam steps are its own DistributedOptimizer steps
  * (learner_result_t.adam_steps), so the summary shows who contributed. */
@@ -48,6 +53,10 @@ mpr_err_t shared_register(void);
 mpr_err_t shared_host(int channels, uint64_t seed);
 /* Learner 0: the model (borrowed; NULL before shared_host). */
 surrogate_t *shared_model(void);
+/* Learner 0, --resume: the model, its moment scales and the target scale
+ * from learner 0's checkpoint (learner.h's names), before any other learner
+ * trains (insitu_heat.c restores it before the ranks agree on the resume step). */
+mpr_err_t shared_restore(const mpr_tensor_dict_t *d);
 /* Learner 0, after mpr_shutdown: release the model and the RRefs. NULL-safe / idempotent. */
 void shared_cleanup(void);
 

@@ -26,7 +26,10 @@ Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
                 its DistributedOptimizer from gradients of its own samples): the
                 validation error ends below half its first value, both learners
                 trained, and learner 0's Adam for each learner counts exactly the
-                steps that learner made (its gradients were applied there).
+                steps that learner made (its gradients were applied there); a
+                shared run stopped half-way and resumed: learner 0's checkpoint
+                holds the model, both their optimizer state, and each learner's
+                Adam on learner 0 counts the steps of both halves.
   resume        1 simulation rank + 1 learner with one sample in flight (so the
                 learner gets the samples in step order): a run stopped half-way
                 (its checkpoint: the field, the learner's model, Adam state,
@@ -165,6 +168,20 @@ def main(argv):
             check(j["samples_sent"] == j["samples_received"] == j["samples_trained"] + j["samples_held_out"],
                   "sent == received == trained + held out")
             print(f"shared: error {first:.4f} -> {final:.4f}; per learner {trained} samples, {adam} Adam steps")
+            # stopped half-way and resumed: each learner's Adam on learner 0 continues its step count
+            mpi4 = mpiexec + ["-n", "4", binary, "--learners", "2", "--learners-share"] + small
+            half = int(small[small.index("--steps") + 1]) // 2
+            _, b1 = run(mpi4 + ["--steps", str(half), "--checkpoint-dir", "S"], tmp)
+            _, b2 = run(mpi4 + ["--checkpoint-dir", "S", "--resume"], tmp)
+            check(b1["ok"] and b2["ok"] and b2.get("resumed_at") == half, "both halves ok, the second resumed")
+            check(b2["learner_owner_steps"] == [x + y for x, y in zip(b1["learner_adam_steps"], b2["learner_adam_steps"])],
+                  f"the resumed DistributedOptimizers continue: {b1['learner_adam_steps']} + {b2['learner_adam_steps']} "
+                  f"steps, {b2['learner_owner_steps']} on learner 0")
+            t0, _ = safetensors(os.path.join(tmp, "S", "learner0", f"ckpt-{half:010d}.safetensors"))
+            t1, _ = safetensors(os.path.join(tmp, "S", "learner1", f"ckpt-{half:010d}.safetensors"))
+            check(any(k.startswith("model.") for k in t0) and not any(k.startswith("model.") for k in t1),
+                  "the model is in learner 0's checkpoint only")
+            check(all(any(k.startswith("optim.state.") for k in t) for t in (t0, t1)), "both hold their optimizer state")
         elif case == "resume":
             # 1 simulation rank + 1 learner, one sample in flight: the learner sees the samples in step order,
             # so its training is a function of them and a resumed run can be compared bit for bit.
@@ -200,8 +217,6 @@ def main(argv):
             check("every" in out, "names --every")
             out, _ = run([binary, "--checkpoint-dir", "x", "--checkpoint-every", "5"], tmp, expect=2)
             check("end of the run" in out, "--checkpoint-every is refused")
-            out, _ = run([binary, "--learners-share", "--checkpoint-dir", "x"], tmp, expect=2)
-            check("learners-share" in out, "--learners-share with checkpoints is refused")
             out, _ = run([binary, "--decomp", "3d"], tmp, expect=2)
             check("decomp" in out, "names --decomp")
             out, _ = run([binary, "--bogus"], tmp, expect=2)
