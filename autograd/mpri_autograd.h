@@ -105,6 +105,7 @@ typedef struct mpri_tensor_meta {
 typedef struct mpri_saved {
     mpr_tensor_t *t;         /* detached alias, owned */
     unsigned long version;   /* storage version when saved */
+    bool counted;            /* counted in the storage's saved_refs (not a leaf requiring grad) */
 } mpri_saved_t;
 
 struct mpri_node {

@@ -16,6 +16,18 @@
 
 static atomic_ullong node_seq;
 static atomic_long live_nodes; /* created and not yet freed (leak checks) */
+/* Bytes of the storages with saved_refs > 0 (mpr_autograd_saved_bytes): a
+ * storage's bytes are added when its count goes 0 -> 1, taken off at 1 -> 0. */
+static atomic_llong saved_bytes;
+
+int64_t mpr_autograd_saved_bytes(void) { return (int64_t)atomic_load(&saved_bytes); }
+
+static void saved_count(mpri_storage_t *s, long delta) {
+    long before = atomic_fetch_add_explicit(&s->saved_refs, delta, memory_order_acq_rel);
+    MPRI_ASSERT(before + delta >= 0, "a storage's saved count goes below zero");
+    if (before == 0 && delta > 0) atomic_fetch_add_explicit(&saved_bytes, (long long)s->nbytes, memory_order_relaxed);
+    if (before == 1 && delta < 0) atomic_fetch_sub_explicit(&saved_bytes, (long long)s->nbytes, memory_order_relaxed);
+}
 
 int64_t mpri_node_live_count(void) { return atomic_load(&live_nodes); }
 
@@ -56,6 +68,8 @@ mpri_node_t *mpri_node_retain(mpri_node_t *n) {
 
 void mpri_node_release_saved(mpri_node_t *n) {
     for (int i = 0; i < n->n_saved; i++) {
+        if (n->saved[i].counted) saved_count(n->saved[i].t->storage, -1);
+        n->saved[i].counted = false;
         mpr_tensor_release(n->saved[i].t);
         n->saved[i].t = NULL;
     }
@@ -165,6 +179,8 @@ int mpri_node_save(mpri_node_t *n, mpr_tensor_t *t) {
     int i = n->n_saved++;
     n->saved[i].t = a;
     n->saved[i].version = atomic_load(&t->storage->version);
+    n->saved[i].counted = !(mpr_is_leaf(t) && mpr_requires_grad(t)); /* an activation, not a parameter */
+    if (n->saved[i].counted) saved_count(a->storage, +1);
     n->has_saved = true;
     return i;
 }

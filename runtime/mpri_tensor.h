@@ -30,6 +30,8 @@ typedef struct mpri_storage {
     size_t nbytes;
     int device;             /* -1 CPU, N cuda:N */
     atomic_ulong version;   /* bumped by every in-place write */
+    atomic_long saved_refs; /* graph nodes' saved aliases of it, leaves requiring grad left out
+                             * (autograd/node.c: mpr_autograd_saved_bytes) */
     void (*free_data)(void *data, int device); /* NULL: free() */
     /* Non-NULL: this storage and its bytes live inside a block shared with
      * other storages (tensor_block.c); releasing it drops the block. */

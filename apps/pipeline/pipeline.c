@@ -16,11 +16,20 @@
  *   concatenated -> cross entropy -> one mpr_dist_backward -> one
  *   DistributedOptimizer (SGD) step on every stage -> context end
  *
+ * or with --schedule 1f1b (pipeline_1f1b.c): a context per micro-batch, its
+ * backward as soon as its forward is done, at most S in flight, its
+ * gradients added into the mini-batch's context and its context ended at
+ * once; then the same one DistributedOptimizer step. Each stage's peak
+ * activation memory (the bytes its graphs keep saved for backward,
+ * mpr_autograd_saved_bytes, sampled after every forward and backward on the
+ * stage) over the training steps is printed for either schedule.
+ *
  * The driver shows a progress line, writes the metrics CSV and PNG (with
  * test accuracy after every epoch) and checkpoints (the stages' parameters,
  * fetched with PIPELINE_STATE_FN, and the DistributedOptimizer's state under
  * "optim.", so --resume continues exactly). Last, one JSON line on stdout:
- * {"name":"pipeline","stages":S,"micro_batches":M,"ms_per_batch":...,...}
+ * {"name":"pipeline","schedule":...,"stages":S,"micro_batches":M,"ms_per_batch":...,
+ * "peak_act_bytes":[per stage],...}
  * where ms_per_batch is the median step time after two warm-up steps.
  *
  * Invariants: only the driver calls the stages, one step at a time; a
@@ -36,15 +45,18 @@
 #include "pipeline_stage.h"
 
 static const char *summary =
-    "pipeline: pipeline-parallel training on Fashion-MNIST (GPipe schedule over RPC).\n"
+    "pipeline: pipeline-parallel training on Fashion-MNIST (GPipe or 1F1B schedule over RPC).\n"
     "Rank 0 drives; ranks 1..S each hold one stage of the model; every mini-batch flows through the stages\n"
-    "as micro-batches, then one distributed backward and one DistributedOptimizer step.\n"
+    "as micro-batches; gpipe: all forwards, then one distributed backward; 1f1b: each micro-batch's backward\n"
+    "as soon as its forward is done, at most S in flight; then one DistributedOptimizer step.\n"
     "usage: mpirun -np N pipeline [options]      (N > --stages)";
 
 typedef struct config {
     int64_t stages, micro, batch, epochs, max_steps, train_limit, test_limit, metrics_every, keep, threads, reps;
     double lr;
     const char *model; /* option value: cnn | mlp-deep */
+    const char *schedule_name; /* option value: gpipe | 1f1b */
+    pipeline_schedule_t schedule;
     const char *kind;  /* fmnist_models.h kind */
     app_common_t common;
 } config_t;
@@ -56,12 +68,15 @@ static void usage_error(const char *prog, const char *msg) {
 
 static void parse(int argc, char **argv, config_t *c) {
     *c = (config_t){.stages = 0, .micro = 4, .batch = 64, .epochs = 1, .metrics_every = 50, .keep = 2,
-                    .threads = 8, .reps = 5, .lr = 0.05, .model = "cnn"};
+                    .threads = 8, .reps = 5, .lr = 0.05, .model = "cnn",
+                    .schedule_name = "gpipe"};
     app_option_t opts[] = {
         {"stages", APP_OPT_INT, &c->stages, 0, 64, NULL, "pipeline stages, one rank each (0: every rank but the driver)"},
         {"micro-batches", APP_OPT_INT, &c->micro, 1, 60000, NULL, "micro-batches per mini-batch (must divide --batch)"},
         {"batch", APP_OPT_INT, &c->batch, 1, 60000, NULL, "mini-batch size"},
         {"model", APP_OPT_CHOICE, &c->model, 0, 0, "cnn|mlp-deep", "model (cnn: the PyTorch anchor's CNN)"},
+        {"schedule", APP_OPT_CHOICE, &c->schedule_name, 0, 0, "gpipe|1f1b",
+         "gpipe: all forwards, one backward; 1f1b: one forward, one backward, at most S micro-batches in flight"},
         {"epochs", APP_OPT_INT, &c->epochs, 1, 10000, NULL, "passes over the training set"},
         {"lr", APP_OPT_DOUBLE, &c->lr, 0, 100, NULL, "learning rate (SGD)"},
         {"max-steps", APP_OPT_INT, &c->max_steps, 0, 1e12, NULL, "stop after this many steps in all (0: no limit)"},
@@ -74,6 +89,7 @@ static void parse(int argc, char **argv, config_t *c) {
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
     c->kind = strcmp(c->model, "cnn") == 0 ? "tutorial-cnn" : c->model;
+    c->schedule = strcmp(c->schedule_name, "1f1b") == 0 ? PIPELINE_1F1B : PIPELINE_GPIPE;
     char msg[256];
     int groups = app_fmnist_model_stages(c->kind);
     if (c->stages > groups) {
@@ -106,6 +122,7 @@ typedef struct driver {
     double *step_ms;               /* this run's step times */
     int64_t nsteps;
     double *stage_ms;
+    int64_t *peak_bytes;           /* per stage: peak activation memory over the training steps */
 } driver_t;
 
 static void fatal(const char *what) {
@@ -245,7 +262,7 @@ static mpr_err_t train_step(driver_t *d, mpr_tensor_t *x, mpr_tensor_t *y, doubl
     int64_t ctx;
     mpr_err_t e = mpr_dist_context_begin(&ctx);
     if (e) return e;
-    e = pipeline_forward_backward(d->pipe, ctx, x, y, (int)d->cfg->micro, loss);
+    e = pipeline_step(d->pipe, d->cfg->schedule, ctx, x, y, (int)d->cfg->micro, loss);
     if (!e) e = mpr_dist_optimizer_step(d->opt, ctx);
     mpr_err_t e2 = mpr_dist_context_end(ctx);
     return e ? e : e2;
@@ -263,8 +280,11 @@ static void train(driver_t *d) {
                                                           .epochs = c->epochs, .interval_s = c->common.log_interval});
     d->csv = app_metrics_open(c->common.metrics_path, NULL, 0, c->common.resume ? step : -1);
     if (!d->step_ms || !d->bar || (c->common.metrics_path && !d->csv)) fatal("--metrics");
-    fprintf(stderr, "training: %s in %d stages, %lld steps/epoch of %lld in %lld micro-batches, SGD lr %g\n", c->model,
-            d->pipe->nstages, (long long)spe, (long long)c->batch, (long long)c->micro, c->lr);
+    fprintf(stderr, "training: %s in %d stages, %s schedule, %lld steps/epoch of %lld in %lld micro-batches, SGD lr %g\n",
+            c->model, d->pipe->nstages, pipeline_schedule_name(c->schedule), (long long)spe, (long long)c->batch,
+            (long long)c->micro, c->lr);
+    d->peak_bytes = calloc((size_t)d->pipe->nstages, sizeof *d->peak_bytes);
+    if (!d->peak_bytes || pipeline_memory(d->pipe, d->peak_bytes, NULL)) fatal("activation memory"); /* a new period */
     d->t_run = d->row_t = app_now();
     int64_t paused_at = -1;
     for (int64_t epoch = d->start.epoch; epoch < c->epochs && step < total; epoch++) {
@@ -301,6 +321,12 @@ static void train(driver_t *d) {
         }
     }
     if (paused_at != step) pause_work(d, true); /* stopped mid-epoch (--max-steps) */
+    if (pipeline_memory(d->pipe, d->peak_bytes, NULL)) fatal("activation memory"); /* the training steps' peaks */
+    fprintf(stderr, "peak activation memory (%s, %lld micro-batches of %lld):", pipeline_schedule_name(c->schedule),
+            (long long)c->micro, (long long)(c->batch / c->micro));
+    for (int k = 0; k < d->pipe->nstages; k++)
+        fprintf(stderr, "%s stage %d %.3f MiB", k ? "," : "", k + 1, (double)d->peak_bytes[k] / 1048576.0);
+    fprintf(stderr, "\n");
     app_progress_finish(d->bar);
     app_metrics_close(d->csv);
     char *png = app_plot_path(&c->common);
@@ -329,14 +355,16 @@ static void print_summary(driver_t *d) {
     }
     fprintf(stderr, "done: %lld steps, %.2f ms per mini-batch (median), test accuracy %.4f\n", (long long)d->now.step,
             ms, d->last_acc);
-    printf("{\"name\":\"pipeline\",\"model\":\"%s\",\"stages\":%d,\"micro_batches\":%lld,\"batch\":%lld,\"lr\":%g,"
+    printf("{\"name\":\"pipeline\",\"model\":\"%s\",\"schedule\":\"%s\",\"stages\":%d,\"micro_batches\":%lld,\"batch\":%lld,\"lr\":%g,"
            "\"steps\":%lld,\"train_s\":%.3f,\"ms_per_batch\":%.3f,\"samples_per_s\":%.1f,\"first_loss\":%.5f,"
            "\"last_loss\":%.5f,\"test_acc\":%.4f,\"split\":[",
-           c->model, d->pipe->nstages, (long long)c->micro, (long long)c->batch, c->lr, (long long)d->now.step,
+           c->model, pipeline_schedule_name(c->schedule), d->pipe->nstages, (long long)c->micro, (long long)c->batch, c->lr, (long long)d->now.step,
            train_s, ms, (double)c->batch / ms * 1e3, d->first_loss, d->last_loss, d->last_acc);
     for (int k = 0; k <= d->pipe->nstages; k++) printf("%s%d", k ? "," : "", d->pipe->first[k]);
     printf("],\"stage_ms\":[");
     for (int k = 0; k < d->pipe->nstages; k++) printf("%s%.3f", k ? "," : "", d->stage_ms ? d->stage_ms[k] : NAN);
+    printf("],\"peak_act_bytes\":[");
+    for (int k = 0; k < d->pipe->nstages; k++) printf("%s%lld", k ? "," : "", (long long)(d->peak_bytes ? d->peak_bytes[k] : -1));
     printf("]}\n");
     fflush(stdout);
 }
@@ -386,6 +414,7 @@ static void run_driver(const config_t *c) {
     mpr_tensor_release(d.test_y);
     free(d.step_ms);
     free(d.stage_ms);
+    free(d.peak_bytes);
 }
 
 int main(int argc, char **argv) {

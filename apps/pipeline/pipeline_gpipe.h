@@ -21,6 +21,13 @@
  * Inside a dist autograd context everything is recorded, so one
  * mpr_dist_backward over the mini-batch loss reaches every stage.
  *
+ * The 1F1B schedule (pipeline_forward_backward_1f1b, pipeline_1f1b.c):
+ * every micro-batch in its own dist autograd context, its backward started
+ * as soon as its forward is done, at most S micro-batches in flight, each
+ * micro-batch's gradients added into the mini-batch's context on every
+ * stage and its context ended at once (freeing its activations), so a
+ * stage holds at most about S micro-batches' activations instead of M.
+ *
  * Ownership: a pipeline_t is the caller's (pipeline_destroy); tensors
  * passed in are borrowed; tensors returned are new references. */
 #ifndef MPIRPC_PIPELINE_GPIPE_H
@@ -59,6 +66,29 @@ mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t *
  * divided by the rows), mpr_dist_backward over it; *loss its value. */
 mpr_err_t pipeline_forward_backward(pipeline_t *p, int64_t ctx, mpr_tensor_t *x, mpr_tensor_t *y, int M,
                                     double *loss);
+
+typedef enum pipeline_schedule { PIPELINE_GPIPE, PIPELINE_1F1B } pipeline_schedule_t;
+
+/* "gpipe" / "1f1b" (the option's spelling) */
+const char *pipeline_schedule_name(pipeline_schedule_t s);
+
+/* In dist autograd context `ctx` (the mini-batch's, alive here; the
+ * micro-batches run on threads of their own): the 1F1B schedule over M
+ * micro-batches, each micro-batch's loss cross_entropy(out_i, y_i) * m / B
+ * (so they sum to the mini-batch mean, as pipeline_forward_backward's);
+ * afterwards `ctx` holds on every stage the gradients of that sum (the same
+ * as the GPipe step's up to float summation order); *loss its value. */
+mpr_err_t pipeline_forward_backward_1f1b(pipeline_t *p, int64_t ctx, mpr_tensor_t *x, mpr_tensor_t *y, int M,
+                                         double *loss);
+
+/* The step's forward and backward with schedule `s` (one of the two above). */
+mpr_err_t pipeline_step(pipeline_t *p, pipeline_schedule_t s, int64_t ctx, mpr_tensor_t *x, mpr_tensor_t *y, int M,
+                        double *loss);
+
+/* Every stage's peak activation memory since the previous call
+ * (PIPELINE_MEMORY_FN): peak[k] for stage k, and (now: NULL for none) its
+ * activation bytes now. */
+mpr_err_t pipeline_memory(pipeline_t *p, int64_t *peak, int64_t *now);
 
 /* The measured forward + backward time of every stage on a micro-batch
  * like x (x passed through the stages in turn): ms[k] is stage k's median

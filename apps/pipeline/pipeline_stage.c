@@ -5,8 +5,13 @@
  * (set by the constructor, cleared by the module's ctx destructor, both
  * under held_lock); a stage's module and parameters are touched only under
  * its own lock (forward, profile, gradients, state, load), so the
- * micro-batches' forwards never run concurrently on one stage. */
+ * micro-batches' forwards never run concurrently on one stage. The one
+ * exception, accumulate, reads only `params` and `n` (set by the
+ * constructor, never changed) and the contexts' gradients (thread-safe);
+ * the stage outlives it (the driver destroys the stage after its last
+ * call). `peak` only grows between two memory calls (atomic max). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +27,7 @@ typedef struct stage {
     int n;             /* parameters */
     mpr_tensor_t **params; /* borrowed from net */
     char **keys;       /* "model.<group>.<name>" per parameter */
+    atomic_llong peak; /* largest mpr_autograd_saved_bytes sampled since the last memory call */
 } stage_t;
 
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,6 +49,13 @@ static void stage_free(void *ctx) {
     free(st);
 }
 
+/* A sample of this rank's activation memory into st->peak. */
+static void sample_memory(stage_t *st) {
+    long long now = (long long)mpr_autograd_saved_bytes(), seen = atomic_load(&st->peak);
+    while (now > seen && !atomic_compare_exchange_weak(&st->peak, &seen, now)) {
+    }
+}
+
 static mpr_tensor_t *stage_forward(mpr_module_t *self, mpr_tensor_t *x, void *ctx) {
     (void)self;
     stage_t *st = ctx;
@@ -51,6 +64,7 @@ static mpr_tensor_t *stage_forward(mpr_module_t *self, mpr_tensor_t *x, void *ct
     mpr_trace_begin("stage forward"); /* the compute, without the wait for the lock */
     mpr_tensor_t *y = mpr_module_forward(st->net, x);
     mpr_trace_end();
+    sample_memory(st); /* y's graph is alive: its context holds it until the context ends */
     pthread_mutex_unlock(&st->lock);
     mpr_set_grad_enabled(prev);
     return y;
@@ -236,11 +250,51 @@ static mpr_err_t load_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_valu
     return e;
 }
 
+/* This rank's stage, not locked (accumulate, memory: see the invariants). */
+static stage_t *get_held(void) {
+    pthread_mutex_lock(&held_lock);
+    stage_t *st = held;
+    pthread_mutex_unlock(&held_lock);
+    if (!st) mpr_error_set(MPR_ERR_NOT_FOUND, "pipeline: this rank holds no stage");
+    return st;
+}
+
+/* [ctx id of a micro-batch] -> none, inside the mini-batch's context */
+static mpr_err_t accumulate_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
+    (void)call, (void)result;
+    int64_t from, into = mpr_dist_context_current();
+    mpr_err_t e = mpr_args_unpack(args, "l", &from);
+    if (e) return e;
+    if (!into) return mpr_error_set(MPR_ERR_STATE, "pipeline.accumulate: not called inside a dist autograd context");
+    if (from == into) return mpr_error_set(MPR_ERR_INVALID_ARG, "pipeline.accumulate: a context into itself");
+    stage_t *st = get_held();
+    if (!st) return mpr_last_error_code();
+    sample_memory(st); /* after the micro-batch's backward, before its context ends */
+    for (int i = 0; !e && i < st->n; i++) {
+        mpr_tensor_t *g = NULL;
+        if (!(e = mpr_dist_get_gradient(from, st->params[i], &g)) && g)
+            e = mpr_dist_accumulate_gradient(into, st->params[i], g);
+        mpr_tensor_release(g);
+    }
+    return e;
+}
+
+/* [] -> [peak bytes since the last call, bytes now] */
+static mpr_err_t memory_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
+    (void)call, (void)args;
+    stage_t *st = get_held();
+    if (!st) return mpr_last_error_code();
+    long long now = (long long)mpr_autograd_saved_bytes(), peak = atomic_exchange(&st->peak, now);
+    return mpr_return(result, "ll", (int64_t)(peak > now ? peak : now), (int64_t)now);
+}
+
 mpr_err_t pipeline_stage_register(void) {
     mpr_err_t e = mpr_register_module_kind(PIPELINE_STAGE_KIND, stage_ctor, NULL);
     if (!e) e = mpr_register_function(PIPELINE_PROFILE_FN, profile_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_GRADS_FN, grads_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_STATE_FN, state_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_LOAD_FN, load_fn, NULL);
+    if (!e) e = mpr_register_function(PIPELINE_ACCUMULATE_FN, accumulate_fn, NULL);
+    if (!e) e = mpr_register_function(PIPELINE_MEMORY_FN, memory_fn, NULL);
     return e;
 }

@@ -25,6 +25,20 @@
  *     model (app_fmnist_model_create) with prefix "model.".
  *   PIPELINE_LOAD_FN [bytes] -> none: the parameters from such bytes (a
  *     whole checkpoint: the entries of the other stages are ignored).
+ *   PIPELINE_ACCUMULATE_FN [ctx id], called inside a dist autograd context
+ *     (the mini-batch's): this stage's gradients in context `ctx id` (a
+ *     micro-batch's, its backward done) added into the calling context's
+ *     (mpr_dist_accumulate_gradient). Not under the stage's lock (it reads
+ *     only the parameter list, fixed at construction), so it never waits
+ *     for a forward.
+ *   PIPELINE_MEMORY_FN [] -> [peak bytes, bytes now]: the largest activation memory of
+ *     this rank's graphs (mpr_autograd_saved_bytes: the storages saved for
+ *     backward, parameters left out) sampled after every forward of the
+ *     stage and at every accumulate (after a micro-batch's backward) since
+ *     the previous call; the call starts a new period. Activations only
+ *     grow during a forward (a backward saves nothing, the dist engine keeps
+ *     a context's saved tensors until the context ends), so the samples
+ *     after the forwards catch the peak.
  *
  * Ownership: the stage module belongs to its RemoteModule (the RRef's
  * owner frees it); nothing here is the caller's. */
@@ -39,6 +53,8 @@
 #define PIPELINE_GRADS_FN "pipeline.grads"
 #define PIPELINE_STATE_FN "pipeline.state"
 #define PIPELINE_LOAD_FN "pipeline.load"
+#define PIPELINE_ACCUMULATE_FN "pipeline.accumulate"
+#define PIPELINE_MEMORY_FN "pipeline.memory"
 
 /* Register the module kind and the functions above: on every rank, before
  * mpr_init. */

@@ -436,6 +436,35 @@ mpr_err_t mpr_dist_get_gradient(int64_t ctx_id, const mpr_tensor_t *t, mpr_tenso
     return MPR_OK;
 }
 
+mpr_err_t mpr_dist_accumulate_gradient(int64_t ctx_id, mpr_tensor_t *t, mpr_tensor_t *grad) {
+    MPRI_ARG_NONNULL(t);
+    MPRI_ARG_NONNULL(grad);
+    if (!mpr_is_leaf(t) || !mpr_requires_grad(t))
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_dist_accumulate_gradient: the tensor is not a leaf that requires grad");
+    if (mpr_tensor_dtype(grad) != mpr_tensor_dtype(t))
+        return mpr_error_set(MPR_ERR_DTYPE, "mpr_dist_accumulate_gradient: a %s gradient for a %s tensor",
+                             mpr_dtype_name(mpr_tensor_dtype(grad)), mpr_dtype_name(mpr_tensor_dtype(t)));
+    int nd = mpr_tensor_ndim(t);
+    bool same = mpr_tensor_ndim(grad) == nd;
+    for (int i = 0; same && i < nd; i++) same = mpr_tensor_shape(grad)[i] == mpr_tensor_shape(t)[i];
+    if (!same) {
+        char a[96], b[96];
+        return mpr_error_set(MPR_ERR_SHAPE, "mpr_dist_accumulate_gradient: a gradient of shape %s for a tensor of shape %s",
+                             mpr_shape_str(mpr_tensor_ndim(grad), mpr_tensor_shape(grad), a, sizeof a),
+                             mpr_shape_str(nd, mpr_tensor_shape(t), b, sizeof b));
+    }
+    mpri_dist_ctx_t *c = mpri_dist_ctx_find(ctx_id);
+    if (!c) return not_found("mpr_dist_accumulate_gradient", ctx_id);
+    bool prev = mpr_set_grad_enabled(false); /* the sink's sums record nothing */
+    mpr_scope_begin();
+    mpr_tensor_t *own = mpr_clone(grad); /* the sink may keep its argument: give it a private copy */
+    mpr_err_t e = own ? mpri_dist_ctx_sink(c, t, own) : mpr_last_error_code();
+    mpr_scope_end();
+    mpr_set_grad_enabled(prev);
+    mpri_dist_ctx_release(c);
+    return e;
+}
+
 mpr_err_t mpr_dist_get_gradients(int64_t ctx_id, mpr_tensor_t ***leaves, mpr_tensor_t ***grads, int *n) {
     if (leaves) *leaves = NULL;
     if (grads) *grads = NULL;

@@ -877,6 +877,46 @@ static int leak_report_mode(void) {
     return 0;
 }
 
+/* mpr_dist_accumulate_gradient: two contexts' gradients of w (y = mm(w, x_i)
+ * on rank 1) added into a third context equal the sum (gradient
+ * accumulation with a context per micro-batch, the pipeline's 1F1B); the
+ * context keeps a copy; bad input fails clearly. */
+static void test_accumulate_gradient(void) {
+    if (me != 0) return;
+    mpr_tensor_t *w = filled(4, 3, 0.1, true), *x[2] = {filled(3, 5, 0.7, false), filled(3, 5, -0.3, false)};
+    int64_t ctx[2], into;
+    mpr_tensor_t *g[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(mpr_dist_context_begin(&ctx[i]));
+        mpr_scope_begin();
+        mpr_tensor_t *y = call_tensor(1, "mm", tensors2(w, x[i]));
+        mpr_tensor_t *loss = mpr_sum(mpr_tanh(y));
+        CHECK_OK(mpr_dist_backward(ctx[i], &loss, 1, false));
+        mpr_tensor_release(y);
+        mpr_scope_end();
+        g[i] = ctx_grad(ctx[i], w);
+        CHECK_OK(mpr_dist_context_set_current(0, NULL));
+    }
+    CHECK_OK(mpr_dist_context_begin(&into));
+    mpr_tensor_t *copy = mpr_clone(g[0]);
+    CHECK_OK(mpr_dist_accumulate_gradient(into, w, copy));
+    CHECK_OK(mpr_fill_(copy, 1e6)); /* the context kept its own copy */
+    CHECK_OK(mpr_dist_accumulate_gradient(into, w, g[1]));
+    for (int i = 0; i < 2; i++) CHECK_OK(mpr_dist_context_end(ctx[i])); /* the sum outlives them */
+    mpr_tensor_t *sum = ctx_grad(into, w), *want = mpr_add(g[0], g[1]);
+    check_close(sum, want, "accumulated dL/dw");
+    /* bad input */
+    mpr_tensor_t *wrong = filled(3, 4, 0.5, false), *nonleaf = mpr_mul_scalar(w, 2.0);
+    CHECK(mpr_dist_accumulate_gradient(into, w, wrong) == MPR_ERR_SHAPE);
+    CHECK(mpr_dist_accumulate_gradient(into, nonleaf, g[0]) == MPR_ERR_INVALID_ARG);
+    CHECK(mpr_dist_accumulate_gradient(into, x[0], x[0]) == MPR_ERR_INVALID_ARG); /* no requires_grad */
+    CHECK(mpr_dist_accumulate_gradient(ctx[0], w, g[0]) == MPR_ERR_NOT_FOUND); /* ended */
+    check_close(sum, want, "accumulated dL/dw after the failed calls");
+    CHECK_OK(mpr_dist_context_end(into));
+    mpr_tensor_t *all[] = {w, x[0], x[1], g[0], g[1], copy, sum, want, wrong, nonleaf};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) mpr_tensor_release(all[i]);
+}
+
 int main(int argc, char **argv) {
     bool report = argc > 1 && strcmp(argv[1], "leak-report") == 0;
     if (argc > 1 && !report) leak_steps = atoi(argv[1]);
@@ -918,6 +958,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_reply_outlives_context);
     RUN_TEST(test_mlp_parity_with_pytorch);
     RUN_TEST(test_leak_loop);
+    RUN_TEST(test_accumulate_gradient);
     CHECK_OK(mpr_shutdown(true));
     mpr_tensor_release(mlp_w);
     mpr_tensor_release(mlp_b);

@@ -2,12 +2,15 @@
  * plus an SGD-style in-place update inside scopes; the live-tensor count
  * must return to its start value after every scope and at the end, and the
  * loss must go down (the loop really trains). Also checks scope_keep,
- * scope_escape and scope_adopt ownership rules. */
+ * scope_escape and scope_adopt ownership rules, and mpr_autograd_saved_bytes
+ * (the activation memory of the live graphs: each saved storage once,
+ * parameters left out, freed by backward and with the graph). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "mpirpc/autograd.h"
 #include "mpirpc/tensor_ops.h"
 
 static void test_training_loop_no_leak(void **state) {
@@ -75,10 +78,43 @@ static void test_scope_ownership(void **state) {
     assert_int_equal(mpr_tensor_live_count(), start);
 }
 
+static void test_saved_bytes(void **state) {
+    (void)state;
+    int64_t start = mpr_autograd_saved_bytes();
+    mpr_tensor_t *a = mpr_ones(MPR_F32, MPR_SHAPE(16)), *w = mpr_ones(MPR_F32, MPR_SHAPE(16));
+    assert_int_equal(mpr_set_requires_grad(w, true), MPR_OK);
+    mpr_tensor_t *y = mpr_mul(a, w); /* saves a (64 B) and w (a parameter: not counted) */
+    assert_int_equal(mpr_autograd_saved_bytes() - start, 64);
+    mpr_tensor_t *z = mpr_mul(y, a); /* saves y (64 B more) and a again (counted once) */
+    assert_int_equal(mpr_autograd_saved_bytes() - start, 128);
+    mpr_tensor_t *v = mpr_narrow(y, 0, 0, 8), *u = mpr_mul(v, v); /* a view of y: y's storage, already counted */
+    assert_int_equal(mpr_autograd_saved_bytes() - start, 128);
+    mpr_tensor_release(u);
+    mpr_tensor_release(v);
+    mpr_tensor_t *loss = mpr_sum(z);
+    assert_int_equal(mpr_backward(loss, NULL, false), MPR_OK); /* frees what it ran through */
+    assert_int_equal(mpr_autograd_saved_bytes(), start);
+    mpr_tensor_release(loss);
+    mpr_tensor_release(z);
+    mpr_tensor_t *kept = mpr_mul(y, y); /* a graph that dies with its output */
+    assert_int_equal(mpr_autograd_saved_bytes() - start, 64);
+    mpr_tensor_release(kept);
+    assert_int_equal(mpr_autograd_saved_bytes(), start);
+    bool prev = mpr_set_grad_enabled(false); /* no graph: nothing saved */
+    mpr_tensor_t *n = mpr_mul(a, w);
+    assert_int_equal(mpr_autograd_saved_bytes(), start);
+    mpr_set_grad_enabled(prev);
+    mpr_tensor_release(n);
+    mpr_tensor_release(y);
+    mpr_tensor_release(a);
+    mpr_tensor_release(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_training_loop_no_leak),
         cmocka_unit_test(test_scope_ownership),
+        cmocka_unit_test(test_saved_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,6 +85,15 @@ bool mpr_set_grad_enabled(bool enabled);
  * requires_grad=false. Owned like any op result (see tensor_ops.h scopes). */
 mpr_tensor_t *mpr_detach(mpr_tensor_t *t);
 
+/* The activation memory of the graphs alive in this process: the bytes of
+ * the distinct storages that graph nodes keep saved for backward (each
+ * storage once, however many nodes saved it), leaves that require grad
+ * (parameters) left out. It grows as ops record nodes and shrinks when
+ * their saved tensors are freed (a backward without retain_graph, or the
+ * graph dying). Process-wide, thread-safe; for measurements (the pipeline
+ * app's per-stage peak activation memory). */
+int64_t mpr_autograd_saved_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif

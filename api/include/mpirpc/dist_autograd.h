@@ -92,6 +92,17 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
  * MPR_ERR_NOT_FOUND for an unknown context. */
 mpr_err_t mpr_dist_get_gradient(int64_t ctx_id, const mpr_tensor_t *t, mpr_tensor_t **grad);
 
+/* Add `grad` to the gradient that context `ctx_id` holds on this worker for
+ * leaf `t`, as a backward pass reaching `t` in that context would (the
+ * context keeps a copy: `grad` is borrowed and may change afterwards).
+ * Gradient accumulation over several contexts: with one context per
+ * micro-batch, each ended as soon as its gradients are added into the
+ * mini-batch's context, whose mpr_dist_optimizer_step then applies the sum
+ * (the pipeline app's 1F1B schedule). MPR_ERR_NOT_FOUND for an unknown
+ * context, MPR_ERR_INVALID_ARG unless `t` is a leaf that requires grad,
+ * MPR_ERR_SHAPE / MPR_ERR_DTYPE unless `grad` has t's shape and dtype. */
+mpr_err_t mpr_dist_accumulate_gradient(int64_t ctx_id, mpr_tensor_t *t, mpr_tensor_t *grad);
+
 /* Every (leaf, gradient) pair of context `ctx_id` on this worker (PyTorch's
  * get_gradients dict): *leaves and *grads are malloc'ed arrays of *n new
  * references each; the caller releases every tensor (mpr_tensor_release)
