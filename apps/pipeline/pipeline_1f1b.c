@@ -54,10 +54,11 @@ typedef struct lanes {
 
 /* PIPELINE_ACCUMULATE_FN [from] on every stage, inside context `into`. */
 static mpr_err_t accumulate(pipeline_t *p, int64_t from, int64_t into) {
+    mpr_future_t *fs[64];
+    if (p->nstages > 64) return mpr_error_set(MPR_ERR_INVALID_ARG, "pipeline: %d stages (64 at most)", p->nstages);
     int64_t prev = 0;
     mpr_err_t e = mpr_dist_context_set_current(into, &prev);
     if (e) return e;
-    mpr_future_t *fs[64];
     int n = 0;
     for (int k = 0; !e && k < p->nstages; k++) {
         char name[32];

@@ -4,59 +4,94 @@
 # CNN, batch 64, SGD lr 0.05, one thread per process, the median time per
 # mini-batch after two warm-up steps (both programs measure it the same way).
 #
-# For M in {1, 2, 4, 8, 16} micro-batches and S in {1, 2, 3, 4} stages (ours
-# runs S + 1 processes, the driver mostly waiting; "oversubscribed" when the
-# stages outnumber the cores: S = 3 and 4 on a 2-core machine), one JSON line:
-#   {"name":"pipeline","stages":S,"micro_batches":M,"ms_per_batch":…,"speedup":…,"ideal":…,
-#    "efficiency":…,"torch_ms_per_batch":…,"torch_ratio":…,"stage_ms":[…],"oversubscribed":…}
-# speedup = ms_per_batch at S = 1 (same M) / ms_per_batch; ideal = S·M / (M + S − 1) corrected
-# for stage imbalance: M·Σt / ((M + S − 1)·max t) with t the stages' forward+backward times
-# per micro-batch that the app measures (its stage_ms), i.e. the sequential time over a
-# pipeline bound by its slowest stage; efficiency = speedup / ideal. torch_ratio = PyTorch's
-# ms_per_batch / ours (> 1: we are faster). The anchor has two stages at most: for S > 2
-# torch_ms_per_batch is null.
+# For M in {1, 2, 4, 8, 16} micro-batches, S in {1, 2, 3, 4} stages and both schedules of ours
+# (gpipe, 1f1b: --schedule), one JSON line:
+#   {"name":"pipeline","schedule":…,"stages":S,"micro_batches":M,"ms_per_batch":…,"speedup":…,"ideal":…,
+#    "efficiency":…,"torch_ms_per_batch":…,"torch_ratio":…,"stage_ms":[…],"peak_act_bytes":[…],
+#    "procs":S+1,"cores":…,"oversubscribed":…,"load_avg":…}
+# speedup = ms_per_batch at S = 1 (same M, same schedule) / ms_per_batch; ideal = S·M / (M + S − 1)
+# corrected for stage imbalance: M·Σt / ((M + S − 1)·max t) with t the stages' forward+backward times
+# per micro-batch that the app measures (its stage_ms), i.e. the sequential time over a pipeline
+# bound by its slowest stage; efficiency = speedup / ideal. torch_ratio = PyTorch's ms_per_batch /
+# ours (> 1: we are faster); PyTorch's tutorial has the GPipe-like schedule only, so both of our
+# schedules are set against the same PyTorch run. The anchor has two stages at most: for S > 2
+# torch_ms_per_batch is null. peak_act_bytes: each stage's peak activation memory over the run
+# (the app's, bytes saved for backward).
 #
-# Usage: BUILD_DIR=build ANCHORS_DIR=../shared/anchors tests/bench/pipeline_vs_torch.sh [--steps N] [--quick]
+# "oversubscribed" (the rule): ours runs S + 1 processes, but the driver only waits (blocked in
+# MPI/condition waits, no core), so the processes that compute are the S stages; a configuration
+# is oversubscribed when S > cores, cores being the CPUs this script may use (its affinity mask,
+# capped by a cgroup CPU quota). On this 2-core machine: S = 3 and S = 4. PyTorch's runs (S <= 2)
+# are never oversubscribed by that rule. load_avg: the 1-minute load average when the line is
+# printed (the machine is shared: read the times against it).
+#
+# Usage: BUILD_DIR=build ANCHORS_DIR=<dir> tests/bench/pipeline_vs_torch.sh [--steps N] [--quick]
+#        [--stages "1 2"] [--micro-batches "1 2 4 8 16"] [--schedules "gpipe 1f1b"]
+#   BUILD_DIR: relative to the repository root (default build). ANCHORS_DIR: default
+#   ../shared/anchors next to the repository root, or, in a git worktree that has none there, next
+#   to the main checkout (git rev-parse --git-common-dir).
 #   --steps N: mini-batches per run (default 30); --quick: only S = 1, 2 and M = 1, 8.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root=$(pwd)
 build=${BUILD_DIR:-build}
-anchors=${ANCHORS_DIR:-../shared/anchors}
-steps=30 quick=0
+if [ -n "${ANCHORS_DIR:-}" ]; then
+    anchors=$ANCHORS_DIR
+else
+    anchors=$(cd "$root/.." && pwd)/shared/anchors
+    if [ ! -d "$anchors" ] && common=$(git -C "$root" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
+        anchors=$(cd "$(dirname "$common")/.." && pwd)/shared/anchors # the main checkout's neighbour
+    fi
+fi
+steps=30 quick=0 stage_list=(1 2 3 4) ms_list=(1 2 4 8 16) sched_list=(gpipe 1f1b)
+usage() { echo "usage: BUILD_DIR=... ANCHORS_DIR=... $0 [--steps N] [--quick] [--stages \"S ...\"] [--micro-batches \"M ...\"] [--schedules \"gpipe 1f1b\"]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --steps) steps="$2"; shift 2 ;;
+        --steps) [ $# -ge 2 ] || usage; steps="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
-        *) echo "usage: BUILD_DIR=... ANCHORS_DIR=... $0 [--steps N] [--quick]" >&2; exit 2 ;;
+        --stages) [ $# -ge 2 ] || usage; read -r -a stage_list <<<"$2"; shift 2 ;;
+        --micro-batches) [ $# -ge 2 ] || usage; read -r -a ms_list <<<"$2"; shift 2 ;;
+        --schedules) [ $# -ge 2 ] || usage; read -r -a sched_list <<<"$2"; shift 2 ;;
+        *) usage ;;
     esac
 done
+[ $quick = 1 ] && ms_list=(1 8) stage_list=(1 2)
+for x in "${sched_list[@]}"; do case "$x" in gpipe|1f1b) ;; *) usage ;; esac; done
+[ "${stage_list[0]}" = 1 ] || { echo "pipeline_vs_torch: --stages must start with 1 (the speedup's base)" >&2; exit 2; }
 app=$build/apps/pipeline/pipeline
 torch_script=$anchors/torch_pipeline.py
 [ -x "$app" ] || { echo "pipeline_vs_torch: $app not built (BUILD_DIR)" >&2; exit 1; }
 [ -f "$torch_script" ] || { echo "pipeline_vs_torch: $torch_script not found (ANCHORS_DIR)" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "pipeline_vs_torch: needs python3-torch" >&2; exit 1; }
-cores=$(nproc)
+cores=$(/usr/bin/python3 -c '
+import os, math
+n = len(os.sched_getaffinity(0))
+try:
+    q, p = open("/sys/fs/cgroup/cpu.max").read().split()
+    if q != "max": n = min(n, math.ceil(int(q) / int(p)))
+except OSError:
+    pass
+print(n)')
 
-ours() { # ours S M -> the app's JSON line
+ours() { # ours S M SCHEDULE -> the app's JSON line
     mpirun --oversubscribe --allow-run-as-root --bind-to none -np $(($1 + 1)) "$app" --stages "$1" \
-        --micro-batches "$2" --batch 64 --lr 0.05 --max-steps "$steps" --test-limit 64 --profile-reps 5 \
+        --micro-batches "$2" --schedule "$3" --batch 64 --lr 0.05 --max-steps "$steps" --test-limit 64 --profile-reps 5 \
         --log-interval 1000 2>/dev/null | grep '"name":"pipeline"'
 }
 torch() { # torch S M -> the anchor's JSON line
     /usr/bin/python3 "$torch_script" "$1" "$2" "$steps" 2>/dev/null | grep '"ms_per_batch"'
 }
 
-ms_list=(1 2 4 8 16) stage_list=(1 2 3 4)
-[ $quick = 1 ] && ms_list=(1 8) stage_list=(1 2)
 for m in "${ms_list[@]}"; do
-    base=""
+    declare -A base=()
     for s in "${stage_list[@]}"; do
-        mine=$(ours "$s" "$m") || { echo "pipeline_vs_torch: our run S=$s M=$m failed" >&2; exit 1; }
         theirs=null
         if [ "$s" -le 2 ]; then theirs=$(torch "$s" "$m") || theirs=null; fi
-        [ -n "$base" ] || base=$mine
-        /usr/bin/python3 - "$mine" "$base" "$theirs" "$s" "$m" "$cores" <<'EOF'
-import json, sys
+        for sched in "${sched_list[@]}"; do
+            mine=$(ours "$s" "$m" "$sched") || { echo "pipeline_vs_torch: our run S=$s M=$m $sched failed" >&2; exit 1; }
+            [ -n "${base[$sched]:-}" ] || base[$sched]=$mine
+            /usr/bin/python3 - "$mine" "${base[$sched]}" "$theirs" "$s" "$m" "$cores" <<'EOF'
+import json, os, sys
 mine, base = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 theirs = None if sys.argv[3] in ("null", "") else json.loads(sys.argv[3])
 s, m, cores = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
@@ -64,11 +99,14 @@ t = mine["stage_ms"]
 ideal = m * sum(t) / ((m + s - 1) * max(t))
 speedup = base["ms_per_batch"] / mine["ms_per_batch"]
 tm = theirs["ms_per_batch"] if theirs else None
-print(json.dumps({"name": "pipeline", "stages": s, "micro_batches": m, "ms_per_batch": mine["ms_per_batch"],
-                  "speedup": round(speedup, 3), "ideal": round(ideal, 3), "efficiency": round(speedup / ideal, 3),
-                  "torch_ms_per_batch": tm, "torch_ratio": round(tm / mine["ms_per_batch"], 3) if tm else None,
-                  "stage_ms": t, "split": mine["split"], "procs": s + 1, "cores": cores,
-                  "oversubscribed": s > cores}), flush=True)
+print(json.dumps({"name": "pipeline", "schedule": mine["schedule"], "stages": s, "micro_batches": m,
+                  "ms_per_batch": mine["ms_per_batch"], "speedup": round(speedup, 3), "ideal": round(ideal, 3),
+                  "efficiency": round(speedup / ideal, 3), "torch_ms_per_batch": tm,
+                  "torch_ratio": round(tm / mine["ms_per_batch"], 3) if tm else None, "stage_ms": t,
+                  "split": mine["split"], "peak_act_bytes": mine["peak_act_bytes"], "procs": s + 1, "cores": cores,
+                  "oversubscribed": s > cores, "load_avg": round(os.getloadavg()[0], 2)}), flush=True)
 EOF
+        done
     done
+    unset base
 done
