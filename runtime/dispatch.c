@@ -95,10 +95,14 @@ static void run_handler(mpri_msg_handler_t fn, mpri_msg_t *msg) {
     int src = msg->src;
     uint64_t bytes = msg->wire_bytes;
     int64_t t0 = mpri_now_ns();
+    (void)mpri_trace_take_handoff();
     fn(msg);
-    mpri_trace_msg(MPRI_TEV_HANDLER, t0, mpri_now_ns() - t0, h.kind, h.flags, h.request_id, h.function_id, src,
+    int type = mpri_trace_take_handoff() ? MPRI_TEV_HANDOFF : MPRI_TEV_HANDLER;
+    mpri_trace_msg(type, t0, mpri_now_ns() - t0, h.kind, h.flags, h.request_id, h.function_id, src,
                    bytes);
 }
+
+void mpri_dispatch_run_handler(mpri_msg_handler_t fn, mpri_msg_t *msg) { run_handler(fn, msg); }
 
 static void run_handler_task(void *arg) {
     mpri_msg_t *msg = arg;

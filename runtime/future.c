@@ -25,6 +25,7 @@
 #include "mpri_error.h"
 #include "mpri_assert.h"
 #include "mpri_event.h"
+#include "mpri_trace.h"
 
 enum { FUTURE_PENDING = 0, FUTURE_DONE = 1 };
 
@@ -302,7 +303,10 @@ static void run_then(mpr_future_t *parent, void *arg) {
     mpr_error_clear();
     const mpri_thread_ctx_hooks_t *h = t->thread_ctx ? atomic_load(&ctx_hooks) : NULL;
     uint64_t saved = h ? h->swap(t->thread_ctx) : 0;
+    bool traced = mpri_observing(MPRI_OBSERVE_TRACE); /* the callback's run as a slice "then" */
+    if (traced) mpri_trace_range_begin(MPRI_TCAT_RUNTIME, "then");
     mpr_err_t e = t->fn(parent, t->user_data, &result);
+    if (traced) mpri_trace_range_end();
     if (h) h->swap(saved);
     if (e == MPR_OK)
         mpr_future_set_result(t->child, result);

@@ -146,6 +146,11 @@ typedef void (*mpri_msg_handler_t)(mpri_msg_t *msg);
  * format's kinds or a NULL handler; installing a different handler over an
  * installed one is a bug (MPRI_ASSERT). */
 mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
+/* Run `fn` on request `msg` as its handler (consumes msg): traced, the run is
+ * the request's "handle" slice, where its call arrow ends. For a handler that
+ * hands a request on (its own queue, a pool task): call this where the
+ * request finally runs, and mpri_trace_handoff() in the routing handler. */
+void mpri_dispatch_run_handler(mpri_msg_handler_t fn, mpri_msg_t *msg);
 /* Dispatch a complete incoming message: a reply completes its pending
  * future (or is dropped), a request goes to its kind's handler. Takes the
  * message; never blocks. */

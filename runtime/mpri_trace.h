@@ -45,6 +45,8 @@ enum {
     MPRI_TEV_REPLY_IN, /* a reply arrived and completed its future: peer = source */
     MPRI_TEV_TIMEOUT,  /* a pending request failed by its deadline (instant): peer = destination */
     MPRI_TEV_RANGE,    /* a named range (user, autograd, optim): name, category */
+    MPRI_TEV_HANDOFF,  /* a request's handler only handed it on (mpri_trace_handoff): peer = source;
+                        * its HANDLER slice follows where it runs (mpri_dispatch_run_handler) */
 };
 
 /* Categories of named ranges (the JSON "cat"). */
@@ -75,6 +77,13 @@ void mpri_trace_msg(int type, int64_t ts_ns, int64_t dur_ns, int kind, unsigned 
  * records only while tracing is on). */
 void mpri_trace_range_begin(int category, const char *name);
 void mpri_trace_range_end(void);
+/* The handler running on this thread hands its request on (to a pool task,
+ * a waiting thread): its slice is "hand off", and the call's arrow goes to
+ * the HANDLER slice recorded where the request finally runs. Call only
+ * under mpri_observing(MPRI_OBSERVE_TRACE), inside a handler. */
+void mpri_trace_handoff(void);
+/* Read and clear the calling thread's hand-off mark (dispatch.c). */
+bool mpri_trace_take_handoff(void);
 /* Name the calling thread's track ("progress", "pool", ...). Cheap; may be
  * called while tracing is off (the name is kept for later). */
 void mpri_trace_name_thread(const char *name);

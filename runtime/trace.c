@@ -121,6 +121,16 @@ void mpri_trace_range_end(void) {
     mpri_trace_record(&ev);
 }
 
+static _Thread_local bool handed_off;
+
+void mpri_trace_handoff(void) { handed_off = true; }
+
+bool mpri_trace_take_handoff(void) {
+    bool was = handed_off;
+    handed_off = false;
+    return was;
+}
+
 void mpri_trace_name_thread(const char *name) {
     snprintf(my_thread_name, sizeof my_thread_name, "%s", name);
     if (my_ring && my_generation == atomic_load(&generation)) {

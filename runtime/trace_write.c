@@ -35,11 +35,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpri_event.h"
+#include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "mpri_trace.h"
 
@@ -53,7 +55,16 @@ static struct {
     int64_t base_ns;  /* rank 0: its clock at init (the trace's zero) */
     int64_t *init_off, *init_rtt; /* rank 0: [size] offsets at init, and the round trips they came from */
     int64_t init_at;   /* rank 0's clock when they were measured */
+    /* Every rank, from mpr_init: what a per-rank file needs to stand alone. */
+    int64_t base0_ns;  /* rank 0's clock at init (the trace's zero) */
+    int64_t my_off;    /* this rank's clock minus rank 0's, as applied (0 on rank 0's host) */
+    const char *my_sync; /* how my_off was found */
+    bool merged;       /* the graceful shutdown wrote (or tried) the merged file: no per-rank file */
+    bool departed;     /* the graceful shutdown skipped the merged file: a rank left the job */
 } obs = {.comm = MPI_COMM_NULL};
+
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER; /* one writer per rank at a time */
+static bool at_exit_registered;
 
 static int rank_(void) { return mpri_rt.rank; }
 static int size_(void) { return mpri_rt.size; }
@@ -94,6 +105,8 @@ static bool env_on(const char *name) {
     return s && s[0] && strcmp(s, "0") != 0;
 }
 
+static void write_at_exit(void);
+
 void mpri_observe_init(MPI_Comm base) {
     obs.print_stats = env_on("MPIRPC_STATS");
     if (obs.print_stats) mpr_stats_enable(true);
@@ -108,17 +121,43 @@ void mpri_observe_init(MPI_Comm base) {
     int mine = env && env[0], any = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, obs.comm);
     obs.synced_at_init = any;
+    /* Every rank learns rank 0's zero and host, so that it can write its own file alone. */
+    struct {
+        int64_t base;
+        char host[MPI_MAX_PROCESSOR_NAME];
+    } zero = {.base = obs.base_ns}, *zp = &zero;
+    char host[MPI_MAX_PROCESSOR_NAME] = {0};
+    int host_len = 0;
+    MPI_Get_processor_name(host, &host_len);
+    memcpy(zero.host, host, sizeof host);
+    MPI_Bcast(zp, (int)sizeof zero, MPI_BYTE, 0, obs.comm);
+    obs.base0_ns = zero.base;
+    bool same_host = strncmp(zero.host, host, sizeof host) == 0;
+    obs.my_off = 0;
+    obs.my_sync = same_host ? "0 (same host as rank 0)" : "none (not measured: 0 applied)";
     if (any) {
         free(obs.init_off);
         free(obs.init_rtt);
         obs.init_off = rank_() == 0 ? calloc((size_t)size_(), sizeof *obs.init_off) : NULL;
         obs.init_rtt = rank_() == 0 ? calloc((size_t)size_(), sizeof *obs.init_rtt) : NULL;
-        bool have = obs.init_off && obs.init_rtt;
+        int have = rank_() != 0 || (obs.init_off && obs.init_rtt);
         measure_offsets(have ? obs.init_off : NULL, have ? obs.init_rtt : NULL, &obs.init_at);
-        if (rank_() == 0 && !have) obs.synced_at_init = false; /* no memory: nothing kept */
+        MPI_Bcast(&have, 1, MPI_INT, 0, obs.comm);
+        if (!have) {
+            obs.synced_at_init = false; /* no memory on rank 0: nothing kept */
+        } else {
+            int64_t off = 0;
+            MPI_Scatter(obs.init_off, 1, MPI_INT64_T, &off, 1, MPI_INT64_T, 0, obs.comm);
+            if (!same_host) obs.my_off = off, obs.my_sync = "measured at init";
+        }
     }
     if (mine && mpri_trace_start_from_env(env))
         fprintf(stderr, "mpirpc: rank %d: %s (the run goes on)\n", rank_(), mpr_last_error());
+    obs.merged = obs.departed = false;
+    if (!at_exit_registered) {
+        at_exit_registered = true;
+        atexit(write_at_exit);
+    }
 }
 
 /* ---- formatting one rank's events ---- */
@@ -206,6 +245,7 @@ static void format_event(FILE *f, const clock_map_t *c, int tid, const mpri_trac
     case MPRI_TEV_SEND: verb = "send"; break;
     case MPRI_TEV_RECV: verb = "recv", ph = 'i'; break;
     case MPRI_TEV_HANDLER: verb = "handle"; break;
+    case MPRI_TEV_HANDOFF: verb = "hand off"; break;
     case MPRI_TEV_REPLY_IN: verb = "complete"; break;
     case MPRI_TEV_TIMEOUT: verb = "timeout", ph = 'i'; break;
     case MPRI_TEV_RANGE:
@@ -319,7 +359,11 @@ static void align_clocks(int64_t *maps, FILE *report) {
     free(hosts);
 }
 
-static void write_trace(void) {
+/* Collective: gather every rank's events so far to rank 0, which writes
+ * them to `path` (rank 0's argument; NULL: <prefix>.json, the prefix of
+ * rank 0, else of the lowest rank that has one). True on every rank when
+ * rank 0 wrote the file. */
+static bool write_trace(const char *path_arg) {
     int me = rank_(), n = size_();
     /* Each rank's clock map: init_off, init_at (rank's clock), end_off, end_at (rank's clock), base, two_points. */
     int64_t *maps = me == 0 ? calloc((size_t)n * 6, sizeof *maps) : NULL;
@@ -358,6 +402,7 @@ static void write_trace(void) {
     int ok = me != 0 || (lens && displs && prefixes);
     MPI_Bcast(&ok, 1, MPI_INT, 0, obs.comm);
     char *all = NULL;
+    int written = 0;
     if (ok) {
         MPI_Gather(prefix, (int)sizeof prefix, MPI_CHAR, prefixes, (int)sizeof prefix, MPI_CHAR, 0, obs.comm);
         MPI_Gather(&my_len, 1, MPI_INT, lens, 1, MPI_INT, 0, obs.comm);
@@ -377,10 +422,12 @@ static void write_trace(void) {
                 for (int r = 0; r < n && !chosen; r++)
                     if (prefixes[r * sizeof prefix]) chosen = &prefixes[r * sizeof prefix];
                 char path[sizeof prefix + 16], tmp[sizeof prefix + 32];
-                snprintf(path, sizeof path, "%s.json", chosen ? chosen : "mpirpc_trace");
+                if (path_arg)
+                    snprintf(path, sizeof path, "%s", path_arg);
+                else
+                    snprintf(path, sizeof path, "%s.json", chosen ? chosen : "mpirpc_trace");
                 snprintf(tmp, sizeof tmp, "%s.tmp", path);
                 FILE *f = fopen(tmp, "w");
-                bool written = false;
                 if (f) {
                     fprintf(f, "{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"mpirpc_trace\",\"pid\":0,\"args\":"
                                "{\"ranks\":%d,\"events\":%" PRIu64 ",\"dropped\":%" PRIu64 "}}",
@@ -412,6 +459,110 @@ static void write_trace(void) {
     free(prefixes);
     free(text);
     free(clock_report);
+    MPI_Bcast(&written, 1, MPI_INT, 0, obs.comm);
+    return written;
+}
+
+/* ---- one rank alone: its own file (any time, no MPI) ---- */
+
+/* Write this rank's events so far to `path` (NULL: <prefix>.rank<r>.json),
+ * timestamps in rank 0's clock by the offset known since mpr_init; `why`
+ * says what made it write (otherData.reason). Never talks to other ranks.
+ * Returns MPR_OK, or an error with its message set. */
+static mpr_err_t write_rank_file(const char *path_arg, const char *why) {
+    int me = rank_();
+    char path[4096 + 32], tmp[sizeof path + 8];
+    if (path_arg)
+        snprintf(path, sizeof path, "%s", path_arg);
+    else if (mpri_trace_prefix()[0])
+        snprintf(path, sizeof path, "%s.rank%d.json", mpri_trace_prefix(), me);
+    else
+        return mpr_error_set(MPR_ERR_STATE, "mpr_trace_write_rank: no path given and no trace prefix on rank %d "
+                                            "(tracing never started here)", me);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    pthread_mutex_lock(&write_lock);
+    clock_map_t c = {obs.my_off, 0, obs.my_off, 0, obs.base0_ns, false};
+    size_t len = 0;
+    uint64_t events = 0, dropped = 0;
+    char *text = format_rank(&c, &len, &dropped, &events);
+    mpr_err_t e = MPR_OK;
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    if (!text) {
+        e = mpr_error_set(MPR_ERR_NOMEM, "rank %d: out of memory formatting its trace events", me);
+    } else if (!f) {
+        e = mpr_error_set(MPR_ERR_IO, "rank %d: cannot write the trace file '%s': %s", me, path, strerror(errno));
+    } else {
+        fprintf(f, "{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"mpirpc_trace\",\"pid\":%d,\"args\":"
+                   "{\"ranks\":1,\"rank\":%d,\"events\":%" PRIu64 ",\"dropped\":%" PRIu64 "}}",
+                me, me, events, dropped);
+        fwrite(text, 1, len, f);
+        fprintf(f, "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"ranks\":1,\"rank\":%d,\"world_size\":%d,"
+                   "\"events\":%" PRIu64 ",\"dropped_events\":%" PRIu64 ",\"reason\":",
+                me, size_(), events, dropped);
+        json_str(f, why);
+        fprintf(f, ",\"clock_sync\":\"%s\",\"clock\":[{\"rank\":%d,\"applied\":\"%s\",\"applied_offset_ns\":%" PRId64
+                   "}]}}\n",
+                obs.synced_at_init ? "init" : "none", me, obs.my_sync, obs.my_off);
+        if (fclose(f) != 0 || rename(tmp, path) != 0) {
+            e = mpr_error_set(MPR_ERR_IO, "rank %d: cannot write the trace file '%s': %s", me, path, strerror(errno));
+            remove(tmp);
+        }
+    }
+    pthread_mutex_unlock(&write_lock);
+    free(text);
+    if (e == MPR_OK)
+        fprintf(stderr, "mpirpc: rank %d: trace of this rank written to %s (%" PRIu64 " events, %" PRIu64
+                        " dropped; %s)\n", me, path, events, dropped, why);
+    return e;
+}
+
+/* Anything recorded on this rank that no file holds yet? */
+static bool have_events(void) {
+    for (mpri_trace_ring_t *r = mpri_trace_rings(); r; r = r->next)
+        if (atomic_load_explicit(&r->len, memory_order_acquire) || atomic_load(&r->dropped)) return true;
+    return false;
+}
+
+/* The process exits while the runtime still runs (exit() on an error path,
+ * return from main without mpr_shutdown): each rank writes its own file.
+ * Other threads may still record; the file holds what was published. */
+static void write_at_exit(void) {
+    int st = atomic_load(&mpri_rt.state);
+    if (st == MPRI_UNINIT || st == MPRI_STOPPED || !mpri_trace_prefix()[0] || !have_events()) return;
+    if (write_rank_file(NULL, "the process exited without mpr_shutdown"))
+        fprintf(stderr, "mpirpc: %s\n", mpr_last_error());
+}
+
+mpr_err_t mpr_trace_write_rank(const char *path) {
+    mpr_err_t e = mpri_check_running("mpr_trace_write_rank");
+    if (e) return e;
+    if (path && !path[0]) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_trace_write_rank: empty path");
+    return write_rank_file(path, "mpr_trace_write_rank");
+}
+
+/* ---- all ranks together ---- */
+
+mpr_err_t mpr_trace_flush(const char *path) {
+    mpr_err_t e = mpri_check_running("mpr_trace_flush");
+    if (e) return e;
+    if (mpri_on_pool_thread() || mpri_in_progress_context())
+        return mpr_error_set(MPR_ERR_STATE, "mpr_trace_flush: called inside a handler or callback; it is collective "
+                                            "(every rank calls it): call it from an application thread");
+    if (path && !path[0]) return mpr_error_set(MPR_ERR_INVALID_ARG, "mpr_trace_flush: empty path");
+    if (obs.comm == MPI_COMM_NULL)
+        return mpr_error_set(MPR_ERR_STATE, "mpr_trace_flush: no tracing communicator (its creation failed at init)");
+    for (int r = 0; r < size_(); r++)
+        if (mpri_peer_gone(r))
+            return mpr_error_set(MPR_ERR_STATE, "mpr_trace_flush: rank %d left the job; use mpr_trace_write_rank", r);
+    pthread_mutex_lock(&write_lock); /* serializes this rank's flushes: the collectives pair in call order */
+    int mine = mpri_trace_prefix()[0] || have_events(), any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, obs.comm);
+    bool written = any && write_trace(path);
+    pthread_mutex_unlock(&write_lock);
+    if (!any) return mpr_error_set(MPR_ERR_STATE, "mpr_trace_flush: no rank is tracing (MPIRPC_TRACE, mpr_trace_start)");
+    if (!written)
+        return mpr_error_set(MPR_ERR_IO, "mpr_trace_flush: rank 0 could not write the trace (its message says why)");
+    return MPR_OK;
 }
 
 void mpri_observe_finish(void) {
@@ -421,12 +572,17 @@ void mpri_observe_finish(void) {
     int departed = 0;
     for (int r = 0; r < size_(); r++) departed += mpri_peer_gone(r);
     if (departed) { /* every live rank sees the same departed set: all skip alike */
-        if (traced) fprintf(stderr, "mpirpc: rank %d: no trace written: a rank left the job\n", rank_());
+        obs.departed = true; /* each rank writes its own file at release */
         return;
     }
     int mine = traced, any = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, obs.comm);
-    if (any) write_trace();
+    if (any) {
+        pthread_mutex_lock(&write_lock);
+        write_trace(NULL);
+        pthread_mutex_unlock(&write_lock);
+    }
+    obs.merged = true;
     if (obs.print_stats)
         for (int r = 0; r < size_(); r++) {
             if (r == rank_()) mpr_print_stats(stderr);
@@ -436,6 +592,15 @@ void mpri_observe_finish(void) {
 
 void mpri_observe_release(bool free_comm) {
     atomic_fetch_and(&mpri_observe, ~MPRI_OBSERVE_TRACE);
+    /* Not merged at a graceful shutdown: this rank's own file, so that a
+     * crash investigation has every rank's events (the threads have stopped). */
+    if (!obs.merged && mpri_trace_prefix()[0] && have_events()) {
+        const char *why = obs.departed   ? "graceful shutdown after a rank left the job: no merged trace"
+                          : !free_comm ? "graceful shutdown timed out: no merged trace"
+                                       : "non-graceful shutdown (mpr_shutdown(false)) or failed init";
+        if (write_rank_file(NULL, why)) fprintf(stderr, "mpirpc: %s\n", mpr_last_error());
+    }
+    obs.merged = obs.departed = false;
     mpri_trace_rings_free();
     free(obs.init_off);
     free(obs.init_rtt);

@@ -442,7 +442,7 @@ static void waiter_leave_or_drop(mpri_dist_ctx_t *c, bool run_left) {
             left = m->next;
             m->next = NULL;
             if (run_left)
-                handle_backward(m);
+                mpri_dispatch_run_handler(handle_backward, m); /* traced: the request's handle slice */
             else
                 mpri_msg_done(m); /* as a request the stopping pool drops */
         }
@@ -460,7 +460,7 @@ typedef struct {
 
 static void run_backward_task(void *arg) {
     backward_task_t *t = arg;
-    handle_backward(t->msg);
+    mpri_dispatch_run_handler(handle_backward, t->msg); /* traced: the request's handle slice */
     if (t->ctx) {
         waiter_leave(t->ctx); /* runs the requests that came meanwhile, in order */
         mpri_dist_ctx_release(t->ctx);
@@ -492,6 +492,7 @@ static void drop_backward_task(void *arg) {
  * gradients leave a stage when its piece is done, not when all the
  * micro-batches' pieces, time-sliced against each other, are. */
 static void route_backward(mpri_msg_t *msg) {
+    if (mpri_observing(MPRI_OBSERVE_TRACE)) mpri_trace_handoff(); /* the arrow goes to where the piece runs */
     mpri_dist_ctx_t *c = mpri_dist_ctx_find((int64_t)msg->hdr.autograd_context_id);
     bool handed = false;
     backward_task_t *t = malloc(sizeof *t);
@@ -571,7 +572,7 @@ static void piece_wait(piece_t *p) {
             mpr_err_t e = mpri_future_wait_or(p->reqs[p->n_taken], MPR_WAIT_FOREVER, piece_wake, p);
             mpri_msg_t *m = inbox_take(p->ctx);
             if (m)
-                handle_backward(m);
+                mpri_dispatch_run_handler(handle_backward, m); /* traced: the request's handle slice */
             else if (e && !piece_wake(p)) { /* the wait failed: the runtime stopped */
                 piece_fail(p, MPR_ERR_SHUTDOWN, "the runtime shut down during dist backward");
                 break;

@@ -19,6 +19,7 @@
  *   measured clock offsets within their own error bound (one host: true
  *   offset 0). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "mpitest.h"
@@ -36,6 +37,24 @@ static mpr_err_t fn_add(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_
 static mpr_err_t fn_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
     *result = mpr_value_retain((mpr_value_t *)args);
     return MPR_OK;
+}
+
+/* [x] -> x * 3 (a tensor: the backward of a call within a dist autograd context). */
+static mpr_err_t fn_triple(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    mpr_tensor_t *x;
+    mpr_err_t e = mpr_args_tensor(args, 0, &x);
+    if (e) return e;
+    mpr_tensor_t *y = mpr_mul_scalar(x, 3.0);
+    if (!y) return mpr_last_error_code();
+    *result = mpr_value_new_tensor(y);
+    mpr_tensor_release(y);
+    return MPR_OK;
+}
+
+/* A future callback: passes the parent's value on. */
+static mpr_err_t then_pass(mpr_future_t *parent, void *user_data, mpr_value_t **result) {
+    (void)user_data;
+    return mpr_future_get(parent, 0, result); /* complete: at once */
 }
 
 static mpr_err_t fn_fail(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
@@ -85,13 +104,50 @@ static void test_script(void) {
         mpr_rref_release(rr);
         mpr_value_t *r = NULL;
         CHECK_ERR(mpr_rpc_sync_take(mpr_to_rank(2), "tr_fail", mpr_value_list_of(0), 30, &r), MPR_ERR_REMOTE);
+        /* A future completed locally, with a callback: one "then" slice on this thread. */
+        mpr_future_t *lf = mpr_future_create(), *child = mpr_future_then(lf, then_pass, NULL);
+        CHECK(lf && child);
+        CHECK_OK(mpr_future_set_result(lf, mpr_value_new_int(7)));
+        CHECK_OK(mpr_future_get(child, 5, &r));
+        CHECK_OK(mpr_value_get_int(r, &x));
+        CHECK(x == 7);
+        mpr_value_release(r);
+        mpr_future_release(child);
+        mpr_future_release(lf);
+        /* A distributed backward through worker1: its piece runs on worker1's pool (nobody waits there). */
+        int64_t ctx;
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_F64, 1, (int64_t[]){4});
+        double *d = mpr_tensor_data(t);
+        for (int i = 0; i < 4; i++) d[i] = i;
+        CHECK_OK(mpr_set_requires_grad(t, true));
+        CHECK_OK(mpr_dist_context_begin(&ctx));
+        mpr_scope_begin();
+        mpr_value_t *y = NULL;
+        CHECK_OK(mpr_rpc_sync_take(mpr_to_rank(1), "tr_triple", mpr_value_list_of(1, mpr_value_new_tensor(t)), 30, &y));
+        mpr_tensor_t *yt = NULL;
+        CHECK_OK(mpr_value_get_tensor(y, &yt));
+        mpr_tensor_t *loss = mpr_sum(yt);
+        CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
+        mpr_value_release(y);
+        mpr_tensor_t *g = NULL;
+        CHECK_OK(mpr_dist_get_gradient(ctx, t, &g));
+        CHECK(g && mpr_tensor_numel(g) == 4 && ((double *)mpr_tensor_data(g))[3] == 3.0);
+        mpr_tensor_release(g);
+        mpr_scope_end();
+        mpr_tensor_release(t);
+        CHECK_OK(mpr_dist_context_end(ctx));
     } else if (rank == 1) {
-        mpr_future_t *f[4];
-        for (int64_t i = 0; i < 4; i++) f[i] = mpr_rpc_async_take(mpr_to_rank(2), "tr_echo", ints2(i, i), 30);
+        mpr_future_t *f[4], *c[4];
+        for (int64_t i = 0; i < 4; i++) {
+            f[i] = mpr_rpc_async_take(mpr_to_rank(2), "tr_echo", ints2(i, i), 30);
+            c[i] = mpr_future_then(f[i], then_pass, NULL); /* runs where the reply completes f[i] */
+            CHECK(c[i]);
+        }
         for (int i = 0; i < 4; i++) {
             mpr_value_t *r = NULL;
-            CHECK_OK(mpr_future_get(f[i], MPR_WAIT_FOREVER, &r));
+            CHECK_OK(mpr_future_get(c[i], MPR_WAIT_FOREVER, &r));
             mpr_value_release(r);
+            mpr_future_release(c[i]);
             mpr_future_release(f[i]);
         }
     } else {
@@ -176,6 +232,32 @@ static void test_stats(void) {
     CHECK_OK(mpr_print_stats(stdout));
 }
 
+/* Write on request: the collective flush (rank 0 writes <prefix>.flush.json)
+ * and each rank's own file (<prefix>.mid.rank<r>.json), then more work that
+ * only the shutdown's file may hold. */
+static void test_flush(void) {
+    int rank = mpitest_rank();
+    char path[4200];
+    CHECK_ERR(mpr_trace_flush(""), MPR_ERR_INVALID_ARG);
+    CHECK_ERR(mpr_trace_write_rank(""), MPR_ERR_INVALID_ARG);
+    CHECK_ERR(mpr_trace_write_rank("/nonexistent-mpirpc-dir/x.json"), MPR_ERR_IO);
+    CHECK_CONTAINS(mpr_last_error(), "cannot write the trace file '/nonexistent-mpirpc-dir/x.json'");
+    mpr_trace_begin("before flush");
+    mpr_trace_end();
+    mpitest_barrier();
+    snprintf(path, sizeof path, "%s.flush.json", prefix);
+    CHECK_OK(mpr_trace_flush(path));
+    snprintf(path, sizeof path, "%s.mid.rank%d.json", prefix, rank);
+    CHECK_OK(mpr_trace_write_rank(path));
+    mpr_trace_begin("after flush");
+    for (int64_t i = 0; rank == 0 && i < 2; i++) {
+        mpr_value_t *r = NULL;
+        CHECK_OK(mpr_rpc_sync_take(mpr_to_rank(2), "tr_late", ints2(i, 1), 30, &r));
+        mpr_value_release(r);
+    }
+    mpr_trace_end();
+}
+
 /* ---- checking the file (rank 0, after shutdown: no MPI) ---- */
 
 static int failures;
@@ -240,6 +322,24 @@ static void check_counts(const cJSON *ev) {
         {"X", "handle call tr_fail", {0, 0, 1}},
         {"X", "complete exception tr_fail", {1, 0, 0}},
         {"X", "script", {1, 1, 1}},
+        /* future callbacks: worker0's local future, worker1's 4 replies */
+        {"X", "then", {1, 4, 0}},
+        /* worker0's dist backward through worker1: routed by the progress thread, run on the pool */
+        {"X", "send call tr_triple", {1, 0, 0}},
+        {"X", "handle call tr_triple", {0, 1, 0}},
+        {"X", "dist backward (root)", {1, 0, 0}},
+        {"X", "send backward_autograd_req", {1, 0, 0}},
+        {"X", "hand off backward_autograd_req", {0, 1, 0}},
+        {"X", "handle backward_autograd_req", {0, 1, 0}},
+        {"X", "dist backward (piece)", {0, 1, 0}},
+        {"X", "send backward_autograd_resp", {0, 1, 0}},
+        {"X", "complete backward_autograd_resp", {1, 0, 0}},
+        /* after mpr_trace_flush */
+        {"X", "before flush", {1, 1, 1}},
+        {"X", "after flush", {1, 1, 1}},
+        {"X", "send call tr_late", {2, 0, 0}},
+        {"X", "handle call tr_late", {0, 0, 2}},
+        {"X", "complete return tr_late", {2, 0, 0}},
     };
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         for (int r = 0; r < 3; r++) {
@@ -260,7 +360,7 @@ static void check_counts(const cJSON *ev) {
 /* Every flow start has exactly one end with its id and vice versa; each lies
  * in a slice of the right kind; the end is not before the start. */
 static void check_flows(const cJSON *ev) {
-    int starts = 0, matched = 0;
+    int starts = 0, matched = 0, backward_flows = 0;
     const cJSON *s;
     cJSON_ArrayForEach(s, ev) {
         if (strcmp(str_of(s, "ph"), "s")) continue;
@@ -280,6 +380,18 @@ static void check_flows(const cJSON *ev) {
         EXPECT(from && strncmp(str_of(from, "name"), "send ", 5) == 0, "flow %.0f starts outside a send slice", id);
         EXPECT(to && strncmp(str_of(to, "name"), reply ? "complete " : "handle ", reply ? 9 : 7) == 0,
                "flow %.0f ends in '%s'", id, to ? str_of(to, "name") : "(no slice)");
+        if (to && strcmp(str_of(to, "name"), "handle backward_autograd_req") == 0) {
+            /* the arrow reaches the slice where the piece runs: it holds the piece's range */
+            int pid = (int)num_of(to, "pid"), tid = (int)num_of(to, "tid"), pieces = 0;
+            double t0 = num_of(to, "ts"), t1 = t0 + num_of(to, "dur");
+            cJSON_ArrayForEach(e, ev) {
+                if (strcmp(str_of(e, "name"), "dist backward (piece)") == 0 && (int)num_of(e, "pid") == pid &&
+                    (int)num_of(e, "tid") == tid && num_of(e, "ts") >= t0 && num_of(e, "ts") <= t1)
+                    pieces++;
+            }
+            EXPECT(pieces == 1, "backward flow %.0f ends in a slice holding %d pieces", id, pieces);
+            backward_flows++;
+        }
         EXPECT(num_of(f, "ts") >= num_of(s, "ts"), "flow %.0f ends at %.3f before it starts at %.3f", id,
                num_of(f, "ts"), num_of(s, "ts"));
         /* A call's flow has its reply's flow (id + 1), and the reply goes back to the caller. */
@@ -297,6 +409,7 @@ static void check_flows(const cJSON *ev) {
     EXPECT(ends == matched, "%d flow ends, %d matched starts", ends, matched);
     /* The script's requests each expect a reply: 2 flows each at least (RRef control messages add more). */
     EXPECT(starts >= 2 * (5 + 1 + 1 + 4 + 3), "%d flow starts", starts);
+    EXPECT(backward_flows == 1, "%d backward request flows", backward_flows);
 }
 
 static void check_clock(const cJSON *root) {
@@ -313,6 +426,106 @@ static void check_clock(const cJSON *root) {
                    "rank %.0f: measured offset %.0f ns with round trip %.0f ns", num_of(c, "rank"), off, rtt);
         }
         EXPECT(strstr(str_of(c, "applied"), "same host"), "applied '%s'", str_of(c, "applied"));
+    }
+}
+
+/* The parsed file at `path`, or NULL (said why). */
+static cJSON *load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "no trace file %s\n", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    size_t got = fread(text, 1, (size_t)len, f);
+    fclose(f);
+    text[got] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) fprintf(stderr, "%s is not valid JSON near: %.60s\n", path, cJSON_GetErrorPtr());
+    return root;
+}
+
+/* The start time of the only slice `name` of rank `pid` in `ev` (-1 if not exactly one). */
+static double only_ts(const cJSON *ev, const char *name, int pid) {
+    const cJSON *e, *found = NULL;
+    int n = 0;
+    cJSON_ArrayForEach(e, ev) {
+        if (strcmp(str_of(e, "ph"), "X") == 0 && strcmp(str_of(e, "name"), name) == 0 && (int)num_of(e, "pid") == pid)
+            found = e, n++;
+    }
+    return n == 1 ? num_of(found, "ts") : -1;
+}
+
+/* The flushed file: what the ranks' application threads recorded before
+ * they entered mpr_trace_flush is there exactly; what other threads record
+ * (handlers, completions) at most as often as in the end; nothing of what
+ * came after; no flow twice. Each rank's own file: its events alone, in
+ * rank 0's clock (the same times as in the merged file: one host). */
+static void check_mid_files(const cJSON *final_ev) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s.flush.json", prefix);
+    cJSON *root = load(path);
+    EXPECT(root, "no flushed file");
+    if (!root) return;
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+    static const struct {
+        const char *name;
+        int per_rank[3];
+        bool exact; /* recorded by the application thread before the flush */
+    } flushed[] = {
+        {"script", {1, 1, 1}, true},
+        {"before flush", {1, 1, 1}, true},
+        {"after flush", {0, 0, 0}, true},
+        {"send call tr_add", {5, 0, 3}, true},
+        {"send call tr_echo", {0, 4, 0}, true},
+        {"send call tr_late", {0, 0, 0}, true},
+        {"dist backward (root)", {1, 0, 0}, true},
+        {"handle call tr_add", {3, 5, 0}, false},
+        {"complete return tr_echo", {0, 4, 0}, false},
+        {"then", {1, 4, 0}, false},
+        {"handle backward_autograd_req", {0, 1, 0}, false},
+        {"handle call tr_late", {0, 0, 0}, true},
+    };
+    for (size_t i = 0; i < sizeof flushed / sizeof flushed[0]; i++)
+        for (int r = 0; r < 3; r++) {
+            int got = count_named(ev, "X", flushed[i].name, r), want = flushed[i].per_rank[r];
+            EXPECT(flushed[i].exact ? got == want : got <= want, "flushed '%s' on rank %d: %d events, expected %s%d",
+                   flushed[i].name, r, got, flushed[i].exact ? "" : "at most ", want);
+        }
+    int flows = 0;
+    const cJSON *s, *e;
+    cJSON_ArrayForEach(s, ev) {
+        if (strcmp(str_of(s, "ph"), "s") && strcmp(str_of(s, "ph"), "f")) continue;
+        int same = 0;
+        cJSON_ArrayForEach(e, ev) {
+            same += strcmp(str_of(e, "ph"), str_of(s, "ph")) == 0 && num_of(e, "id") == num_of(s, "id");
+        }
+        EXPECT(same == 1, "flushed flow %.0f: %d '%s' events", num_of(s, "id"), same, str_of(s, "ph"));
+        flows++;
+    }
+    EXPECT(flows >= 2 * 14, "%d flow events in the flushed file", flows);
+    cJSON_Delete(root);
+    for (int r = 0; r < 3; r++) {
+        snprintf(path, sizeof path, "%s.mid.rank%d.json", prefix, r);
+        root = load(path);
+        EXPECT(root, "no file of rank %d", r);
+        if (!root) continue;
+        ev = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+        const cJSON *other = cJSON_GetObjectItemCaseSensitive(root, "otherData");
+        EXPECT(strcmp(str_of(other, "reason"), "mpr_trace_write_rank") == 0, "rank %d's file: reason '%s'", r,
+               str_of(other, "reason"));
+        cJSON_ArrayForEach(e, ev) { EXPECT((int)num_of(e, "pid") == r, "rank %d's file holds pid %.0f", r, num_of(e, "pid")); }
+        EXPECT(count_named(ev, "X", "script", r) == 1 && count_named(ev, "X", "after flush", r) == 0,
+               "rank %d's file: %d 'script', %d 'after flush'", r, count_named(ev, "X", "script", r),
+               count_named(ev, "X", "after flush", r));
+        double mine = only_ts(ev, "before flush", r), merged = only_ts(final_ev, "before flush", r);
+        EXPECT(mine >= 0 && fabs(mine - merged) < 1.0, "rank %d: 'before flush' at %.3f us in its file, %.3f merged",
+               r, mine, merged);
+        cJSON_Delete(root);
     }
 }
 
@@ -342,6 +555,7 @@ static int check_file(void) {
     if (cJSON_IsArray(ev)) {
         check_counts(ev);
         check_flows(ev);
+        check_mid_files(ev);
     }
     check_clock(root);
     printf("[%s] trace %s: %d events checked\n", failures ? "FAILED" : "ok", path, cJSON_GetArraySize(ev));
@@ -374,6 +588,8 @@ int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("tr_add", fn_add, NULL));
     CHECK_OK(mpr_register_function("tr_echo", fn_echo, NULL));
     CHECK_OK(mpr_register_function("tr_fail", fn_fail, NULL));
+    CHECK_OK(mpr_register_function("tr_triple", fn_triple, NULL));
+    CHECK_OK(mpr_register_function("tr_late", fn_add, NULL));
     if (argc > 1 && strcmp(argv[1], "bad-env") == 0) return run_bad_env();
     prefix = getenv("MPIRPC_TRACE");
     if (!prefix || !prefix[0]) {
@@ -393,6 +609,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_misuse);
     RUN_TEST(test_script);
     RUN_TEST(test_stats);
+    RUN_TEST(test_flush);
     int passed = mpitest_passed;
     CHECK_OK(mpr_shutdown(true)); /* writes the trace */
     int rc = 0;

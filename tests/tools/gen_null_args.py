@@ -29,6 +29,8 @@ import mpr_headers  # noqa: E402
 
 # (function, parameter) -> why NULL is fine there.
 NULL_OK = {
+    ("mpr_trace_flush", "path"): "NULL means <prefix>.json",
+    ("mpr_trace_write_rank", "path"): "NULL means <prefix>.rank<r>.json",
     ("mpr_register_module_kind", "user_data"): "user data may be NULL",
     ("mpr_remote_module_create", "args"): "a module kind may take no arguments",
     ("mpr_dist_context_set_current", "prev"): "NULL: the previous context is not wanted",

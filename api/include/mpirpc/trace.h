@@ -9,14 +9,32 @@
  * distributed-autograd backward passes, optimizer steps, and the ranges the
  * program names with mpr_trace_begin/end. Recording takes no lock and
  * allocates nothing per event; each thread keeps at most MPIRPC_TRACE_EVENTS
- * events (default 32768), later ones are dropped and counted. At the
- * graceful mpr_shutdown(true) the ranks' clocks are aligned (offsets measured
- * over MPI at mpr_init when MPIRPC_TRACE is set, and again at shutdown;
- * linear in between) and rank 0 writes one file, <prefix>.json, in the
- * Chrome trace-event JSON format that Perfetto (ui.perfetto.dev) and
- * chrome://tracing open: one process per rank, one track per thread, and a
- * flow arrow from each call to its handler and from the reply back to the
- * caller. A non-graceful shutdown writes no trace.
+ * events (default 32768), later ones are dropped and counted. Future
+ * callbacks (mpr_future_then) are slices "then" where they run. A
+ * distributed-backward request's arrow ends in the slice that runs its piece
+ * (a pool thread, or the thread waiting in that context), not in the
+ * progress thread's short "hand off" slice that routed it there.
+ *
+ * Where the trace goes, by how the run stops:
+ * - graceful mpr_shutdown(true): the ranks' clocks are aligned (offsets
+ *   measured over MPI at mpr_init when MPIRPC_TRACE is set, and again at
+ *   shutdown; linear in between) and rank 0 writes one file, <prefix>.json,
+ *   in the Chrome trace-event JSON format that Perfetto (ui.perfetto.dev)
+ *   and chrome://tracing open: one process per rank, one track per thread,
+ *   and a flow arrow from each call to its handler and from the reply back
+ *   to the caller.
+ * - mpr_trace_flush (below, collective): the same file with the events so
+ *   far, while the job goes on.
+ * - mpr_shutdown(false), a graceful shutdown that timed out or found that a
+ *   rank left the job, and a process that exits (exit(), return from main)
+ *   while the runtime runs: each rank that recorded writes its own file,
+ *   <prefix>.rank<r>.json (same format, one process, otherData.reason says
+ *   why; timestamps moved into rank 0's clock by the offset measured at
+ *   mpr_init, so the ranks' files lie side by side: tests/tools/trace_plot.py
+ *   draws several files as one).
+ * - a process killed by a signal (a crash, MPI_Abort, SIGKILL) writes
+ *   nothing: a program that wants data from such a stop calls
+ *   mpr_trace_write_rank itself (every N steps, or in its error path).
  *
  * Statistics. With MPIRPC_STATS=1 (or after mpr_stats_enable(true)) each rank
  * counts per registered function: calls, errors, timeouts, bytes out and in,
@@ -51,9 +69,34 @@ extern "C" {
  * earlier mpr_trace_start; the message says which), MPR_ERR_NOT_INITIALIZED /
  * MPR_ERR_SHUTDOWN. `path_prefix` is copied. */
 mpr_err_t mpr_trace_start(const char *path_prefix);
-/* Stop recording on this rank; what was recorded is written at shutdown.
+/* Stop recording on this rank; what was recorded is written at shutdown
+ * (or by mpr_trace_flush / mpr_trace_write_rank).
  * MPR_ERR_STATE if not recording. */
 mpr_err_t mpr_trace_stop(void);
+/* Write the trace so far, like torch.profiler's export_chrome_trace but
+ * for the whole job: collective — every rank calls it (from one
+ * application thread each, not in a handler or callback; a rank's calls
+ * pair with the other ranks' in order), it returns when rank 0 has written
+ * the file. The ranks' clocks are measured again, every rank's events so
+ * far are gathered to rank 0, which writes `path` (rank 0's argument; NULL:
+ * <prefix>.json, the file the graceful shutdown overwrites later with the
+ * complete trace). Recording goes on; nothing is discarded (the shutdown's
+ * file holds these events again). Events of work still under way when a
+ * rank entered may be missing, so an arrow may lack its end. Costs a few
+ * round trips per rank plus the formatting and the gather.
+ * Errors: MPR_ERR_STATE (no rank traces; a rank left the job; called in a
+ * handler), MPR_ERR_IO (rank 0 could not write: every rank gets it),
+ * MPR_ERR_INVALID_ARG (empty path), MPR_ERR_NOT_INITIALIZED / SHUTDOWN. */
+mpr_err_t mpr_trace_flush(const char *path);
+/* Write this rank's events so far to `path` (NULL: <prefix>.rank<r>.json),
+ * alone: no other rank takes part, no MPI call; any thread, any time while
+ * the runtime runs (concurrent writers on a rank take turns). Timestamps are
+ * in rank 0's clock (offset measured at mpr_init when MPIRPC_TRACE was set;
+ * 0 on rank 0's host). Recording goes on. Errors: MPR_ERR_STATE (no path and
+ * this rank never had a prefix), MPR_ERR_IO (the message names the file and
+ * the reason), MPR_ERR_INVALID_ARG (empty path), MPR_ERR_NOT_INITIALIZED /
+ * SHUTDOWN. */
+mpr_err_t mpr_trace_write_rank(const char *path);
 /* True while this rank records. */
 bool mpr_trace_enabled(void);
 /* A named range on the calling thread's track (nestable, 32 deep): a slice
