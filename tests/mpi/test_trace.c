@@ -359,6 +359,29 @@ static void check_counts(const cJSON *ev) {
 
 /* Every flow start has exactly one end with its id and vice versa; each lies
  * in a slice of the right kind; the end is not before the start. */
+/* Every flow start has exactly one end (and the reverse), the end not before the start. */
+static void check_flows_only(const cJSON *ev) {
+    int starts = 0, ends = 0;
+    const cJSON *s, *e;
+    cJSON_ArrayForEach(s, ev) {
+        bool start = strcmp(str_of(s, "ph"), "s") == 0;
+        if (!start && strcmp(str_of(s, "ph"), "f")) continue;
+        int other = 0;
+        cJSON_ArrayForEach(e, ev) {
+            if (strcmp(str_of(e, "ph"), start ? "f" : "s") == 0 && num_of(e, "id") == num_of(s, "id")) {
+                other++;
+                EXPECT(start ? num_of(e, "ts") >= num_of(s, "ts") : num_of(e, "ts") <= num_of(s, "ts"),
+                       "flow %.0f ends before it starts", num_of(s, "id"));
+            }
+        }
+        EXPECT(other == 1, "flow %s %.0f: %d matching %s", start ? "start" : "end", num_of(s, "id"), other,
+               start ? "ends" : "starts");
+        starts += start;
+        ends += !start;
+    }
+    EXPECT(starts == ends && starts >= 2 * 6, "%d flow starts, %d ends", starts, ends);
+}
+
 static void check_flows(const cJSON *ev) {
     int starts = 0, matched = 0, backward_flows = 0;
     const cJSON *s;
@@ -583,6 +606,81 @@ static int run_bad_env(void) {
     return 0;
 }
 
+/* mpr_shutdown(false) on every rank: no merged file, each rank writes
+ * <prefix>.rank<r>.json with its own events; laid together they hold every
+ * call's send, handling and reply, each flow with one start and one end. */
+static int run_nongraceful(void) {
+    int rank = mpitest_rank();
+    char path[4200];
+    snprintf(path, sizeof path, "%s.rank%d.json", prefix, rank);
+    remove(path);
+    snprintf(path, sizeof path, "%s.json", prefix);
+    if (rank == 0) remove(path);
+    mpitest_barrier();
+    CHECK_OK(mpr_init(NULL));
+    mpr_trace_begin("ng script");
+    for (int64_t i = 0; i < 2; i++) {
+        mpr_value_t *r = NULL;
+        CHECK_OK(mpr_rpc_sync_take(mpr_to_rank((rank + 1) % 3), "tr_add", ints2(i, rank), 30, &r));
+        mpr_value_release(r);
+    }
+    mpr_trace_end();
+    mpitest_barrier();
+    CHECK_OK(mpr_shutdown(false)); /* writes this rank's file */
+    mpitest_barrier();
+    int rc = 0;
+    if (rank == 0) {
+        FILE *merged = fopen(path, "r");
+        EXPECT(!merged, "a merged file %s after a non-graceful stop", path);
+        if (merged) fclose(merged);
+        cJSON *all = cJSON_CreateArray();
+        for (int r = 0; r < 3; r++) {
+            snprintf(path, sizeof path, "%s.rank%d.json", prefix, r);
+            cJSON *root = load(path);
+            EXPECT(root, "no file of rank %d", r);
+            if (!root) continue;
+            const cJSON *other = cJSON_GetObjectItemCaseSensitive(root, "otherData");
+            EXPECT(strstr(str_of(other, "reason"), "non-graceful shutdown (mpr_shutdown(false))"),
+                   "rank %d: reason '%s'", r, str_of(other, "reason"));
+            EXPECT(strcmp(str_of(other, "clock_sync"), "init") == 0, "rank %d: clock_sync '%s'", r,
+                   str_of(other, "clock_sync"));
+            cJSON *ev = cJSON_DetachItemFromObjectCaseSensitive(root, "traceEvents"), *e;
+            static const char *const names[] = {"ng script", "send call tr_add", "handle call tr_add",
+                                                "complete return tr_add"};
+            static const int want[] = {1, 2, 2, 2};
+            for (int k = 0; k < 4; k++)
+                EXPECT(count_named(ev, "X", names[k], r) == want[k], "rank %d's file: %d '%s', expected %d", r,
+                       count_named(ev, "X", names[k], r), names[k], want[k]);
+            while ((e = cJSON_DetachItemFromArray(ev, 0))) {
+                EXPECT((int)num_of(e, "pid") == r, "rank %d's file holds pid %.0f", r, num_of(e, "pid"));
+                cJSON_AddItemToArray(all, e);
+            }
+            cJSON_Delete(ev);
+            cJSON_Delete(root);
+        }
+        check_flows_only(all);
+        cJSON_Delete(all);
+        printf("[%s] non-graceful per-rank traces checked\n", failures ? "FAILED" : "ok");
+        rc = failures != 0;
+    }
+    MPI_Finalize();
+    return rc;
+}
+
+/* The process exits (exit(0)) with the runtime running: its atexit writes
+ * <prefix>.rank0.json (tests/tools/trace_check.py checks it). One rank: mpirun
+ * treats a rank that exits without MPI_Finalize as a failure and stops the
+ * others, so a second rank might not reach its exit handler. */
+static int run_exit(void) {
+    CHECK_OK(mpr_init(NULL));
+    mpr_trace_begin("exit script");
+    mpr_value_t *r = NULL;
+    CHECK_OK(mpr_rpc_sync_take(mpr_to_rank(0), "tr_add", ints2(1, 2), 30, &r));
+    mpr_value_release(r);
+    mpr_trace_end();
+    exit(0);
+}
+
 int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &(int){0});
     CHECK_OK(mpr_register_function("tr_add", fn_add, NULL));
@@ -593,9 +691,11 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bad-env") == 0) return run_bad_env();
     prefix = getenv("MPIRPC_TRACE");
     if (!prefix || !prefix[0]) {
-        fprintf(stderr, "usage: MPIRPC_TRACE=<path prefix> test_trace\n");
+        fprintf(stderr, "usage: MPIRPC_TRACE=<path prefix> test_trace [nongraceful | exit]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    if (argc > 1 && strcmp(argv[1], "nongraceful") == 0) return run_nongraceful();
+    if (argc > 1 && strcmp(argv[1], "exit") == 0) return run_exit();
     int rank = mpitest_rank();
     if (rank == 0) {
         char path[4096];
