@@ -7,7 +7,9 @@ colored by category (rpc, rref, dist_autograd, autograd, optim, user, control), 
 drawn thinner; the flow arrows of the trace (a call's send -> its handler in blue, the reply's
 send -> the caller's completion in red) as arrows between the rows.
 
-usage: trace_plot.py TRACE.json OUT.png [--from MS] [--to MS] [--width PX] [--height PX]
+usage: trace_plot.py TRACE.json [TRACE.json ...] OUT.png [--from MS] [--to MS] [--width PX] [--height PX]
+  Several files are drawn as one: the per-rank files of a non-graceful stop
+  (<prefix>.rank<r>.json, already in rank 0's clock) lie side by side.
   --from/--to: the window to draw, in milliseconds since the trace's zero (default: all).
 Prints one line: the number of slices, flows and rows drawn. Exit status 1 on a bad trace or
 when gnuplot fails (its message is shown).
@@ -35,17 +37,19 @@ def load(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("trace")
+    ap.add_argument("trace", nargs="+")
     ap.add_argument("out")
     ap.add_argument("--from", dest="t0", type=float, default=None)
     ap.add_argument("--to", dest="t1", type=float, default=None)
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=0)
     a = ap.parse_args()
-    try:
-        events = load(a.trace)
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"trace_plot.py: cannot read {a.trace}: {e}")
+    events = []
+    for path in a.trace:
+        try:
+            events += load(path)
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"trace_plot.py: cannot read {path}: {e}")
 
     proc_names, thread_names = {}, {}
     for e in events:
@@ -108,7 +112,7 @@ def main():
         script = f"""
 set terminal pngcairo size {a.width},{height} font "DejaVu Sans,10" noenhanced
 set output "{a.out}"
-set title "mpirpc trace: {os.path.basename(a.trace)} (blue arrows: call -> handler, red: reply -> caller)"
+set title "mpirpc trace: {", ".join(os.path.basename(p) for p in a.trace)} (blue arrows: call -> handler, red: reply -> caller)"
 set xlabel "time since rank 0's mpr_init (ms)"
 set ytics ({labels})
 set yrange [-0.7:{len(tracks) - 0.3}]
