@@ -115,7 +115,10 @@ typedef struct mpri_trace_ring {
     char thread_name[32];
     struct mpri_trace_ring *next;
 } mpri_trace_ring_t;
-/* The list of buffers (registration order reversed); stable while tracing is off. */
+/* The list of buffers (registration order reversed). New buffers are only
+ * pushed at its head, so a walk from the head read here is safe while
+ * threads record (mpr_trace_flush, mpr_trace_write_rank, the exit handler);
+ * buffers are freed only by mpri_trace_rings_free. */
 mpri_trace_ring_t *mpri_trace_rings(void);
 /* Drop every buffer (the next event allocates a fresh one). Only with recording off and no other thread recording. */
 void mpri_trace_rings_free(void);

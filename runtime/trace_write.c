@@ -26,12 +26,22 @@
  * slice) at its handler, id = 2 * (request_id * size + caller) ; "s" at the
  * reply's send and "f" at its completion, id + 1.
  *
+ * Besides the merged file: mpr_trace_flush writes it on request (the same
+ * collective path, while the job runs), and each rank can write its own
+ * file alone (<prefix>.rank<r>.json: mpr_trace_write_rank; at release when
+ * no merged file was written — mpr_shutdown(false), a timed-out or departed
+ * graceful shutdown; from an atexit handler when the process exits with the
+ * runtime running), its times moved into rank 0's clock by the offset every
+ * rank learns at mpr_init (0 on rank 0's host).
+ *
  * Invariants: everything here that talks to other ranks is collective on
  * the private communicator `obs.comm` and runs on every rank or on none
- * (mpr_init; the graceful shutdown's DONE phase, which all live ranks reach;
- * skipped on all when a rank left the job, a set every rank agrees on).
- * Failing to write (path, memory) prints a message naming the cause and
- * never fails the shutdown. */
+ * (mpr_init; mpr_trace_flush, which every rank calls; the graceful
+ * shutdown's DONE phase, which all live ranks reach; skipped on all when a
+ * rank left the job, a set every rank agrees on). Writers on one rank take
+ * turns (`write_lock`), so a rank's collectives pair in call order. A rank's
+ * own file never talks to other ranks. Failing to write (path, memory)
+ * prints a message naming the cause and never fails the shutdown. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -111,7 +121,9 @@ void mpri_observe_init(MPI_Comm base) {
     obs.print_stats = env_on("MPIRPC_STATS");
     if (obs.print_stats) mpr_stats_enable(true);
     if (mpri_stats_prepare(mpri_rt.size)) fprintf(stderr, "mpirpc: %s\n", mpr_last_error());
-    obs.base_ns = mpri_now_ns();
+    obs.base_ns = obs.base0_ns = mpri_now_ns(); /* base0_ns: rank 0's, once the communicator exists */
+    obs.my_off = 0;
+    obs.my_sync = "none (no tracing communicator: 0 applied)";
     if (MPI_Comm_dup(base, &obs.comm) != MPI_SUCCESS) {
         obs.comm = MPI_COMM_NULL;
         fprintf(stderr, "mpirpc: rank %d: MPI_Comm_dup for tracing failed: no trace, no statistics table\n", rank_());
