@@ -85,6 +85,17 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
     }
 }
 
+/* A reply whose call is gone (it timed out, or its caller could not wait
+ * for it): its value is decoded and released all the same, so the RRefs it
+ * carries settle their fork protocol (a fork the sender added when it
+ * encoded the reply is confirmed and then deleted) instead of pinning
+ * their OwnerRRef until shutdown. An error reply carries no value. */
+static void settle_orphan_reply(mpri_msg_t *msg) {
+    if (msg->hdr.flags & MPRI_FLAG_ERROR) return;
+    mpr_value_t *v = NULL;
+    if (mpri_msg_decode_value(msg, 0, &v) == MPR_OK) mpr_value_release(v);
+}
+
 /* Run `fn` on request `msg` (which it consumes); traced: the run as a slice. */
 static void run_handler(mpri_msg_handler_t fn, mpri_msg_t *msg) {
     if (!mpri_observing(MPRI_OBSERVE_TRACE)) {
@@ -130,7 +141,10 @@ static void complete_observed(mpri_msg_t *msg) {
     uint64_t fn = 0;
     int64_t started = 0;
     mpr_future_t *f = mpri_pending_take_call(msg->hdr.request_id, &fn, &started);
-    if (!f) return; /* a late reply to a request that timed out */
+    if (!f) { /* a late reply to a request that timed out */
+        settle_orphan_reply(msg);
+        return;
+    }
     if (fn && mpri_observing(MPRI_OBSERVE_STATS))
         mpri_stats_call_done(fn, started ? msg->recv_ns - started : -1, msg->wire_bytes,
                              (msg->hdr.flags & MPRI_FLAG_ERROR) != 0, false);
@@ -155,9 +169,11 @@ void mpri_dispatch(mpri_msg_t *msg) {
     }
     if (msg->hdr.flags & MPRI_FLAG_RESPONSE) {
         mpr_future_t *f = mpri_pending_take(msg->hdr.request_id);
-        if (f) { /* else: a late reply to a request that timed out */
+        if (f) {
             complete_from_reply(f, msg);
             mpr_future_release(f);
+        } else { /* a late reply to a request that timed out */
+            settle_orphan_reply(msg);
         }
         mpri_msg_done(msg);
         return;

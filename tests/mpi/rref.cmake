@@ -27,3 +27,6 @@ endforeach()
 # A user RRef swept by graceful shutdown while still PENDING (test_shutdown_pending_sweep.c).
 mpirpc_mpi_test(test_shutdown_pending_sweep 3 test_shutdown_pending_sweep.c)
 set_tests_properties(test_shutdown_pending_sweep_np3 PROPERTIES TIMEOUT 60)
+# A late reply (its call timed out) carrying an RRef settles the RRef's fork.
+mpirpc_mpi_test(test_rref_late_reply 2 test_rref_late_reply.c)
+set_tests_properties(test_rref_late_reply_np2 PROPERTIES TIMEOUT 60 FAIL_REGULAR_EXPRESSION "RRef leak")
