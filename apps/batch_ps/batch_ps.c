@@ -385,26 +385,18 @@ static mpr_err_t checkpoint(void *app, const app_ckpt_state_t *st) {
 static mpr_err_t restore(trainer_t *t) {
     mpr_tensor_dict_t *d = NULL;
     char *path = NULL;
-    mpr_err_t e = app_ckpt_load_latest(t->cfg->common.checkpoint_dir, &d, &t->start, &path);
+    const char *const run[] = {"ps_app.model", t->cfg->model, "ps_app.mode", "batch", NULL};
+    mpr_err_t e = app_ckpt_load_run(t->cfg->common.checkpoint_dir, (uint64_t)t->cfg->common.seed, run, &d, &t->start,
+                                    &path);
     if (e) return e;
-    const char *model = mpr_tensor_dict_get_meta(d, "ps_app.model"), *mode = mpr_tensor_dict_get_meta(d, "ps_app.mode");
-    if (!model || strcmp(model, t->cfg->model) || !mode || strcmp(mode, "batch") ||
-        t->start.seed != (uint64_t)t->cfg->common.seed)
-        e = mpr_error_set(MPR_ERR_INVALID_ARG, "checkpoint %s is of %s mode, model %s, seed %llu; this run: batch, %s, seed %lld",
-                          path, mode ? mode : "?", model ? model : "?", (unsigned long long)t->start.seed,
-                          t->cfg->model, (long long)t->cfg->common.seed);
-    void *buf = NULL;
-    size_t len = 0;
-    if (!e) e = mpr_safetensors_encode(d, &buf, &len);
-    for (int g = 0; !e && g < t->lay.nps; g++) {
-        mpr_value_t *r = NULL;
-        e = mpr_call_sync(mpr_to_rank(g), LOAD_FN, MPR_TIMEOUT_DEFAULT, &r, "y", buf, len);
-        mpr_value_release(r);
-    }
+    mpr_dest_t *servers = calloc((size_t)t->lay.nps, sizeof *servers);
+    if (!servers) e = mpr_error_set(MPR_ERR_NOMEM, "out of memory");
+    for (int g = 0; !e && g < t->lay.nps; g++) servers[g] = mpr_to_rank(g);
+    if (!e) e = app_ckpt_send(d, t->lay.nps, servers, LOAD_FN);
+    free(servers);
     if (!e)
         fprintf(stderr, "resuming from %s (step %lld, epoch %lld)\n", path, (long long)t->start.step,
                 (long long)t->start.epoch + 1);
-    free(buf);
     free(path);
     mpr_tensor_dict_destroy(d);
     return e;

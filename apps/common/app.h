@@ -37,6 +37,7 @@
 
 #include "mpirpc/data.h"
 #include "mpirpc/error.h"
+#include "mpirpc/init.h"
 #include "mpirpc/nn.h"
 #include "mpirpc/tensor.h"
 #include "mpirpc/tensor_io.h"
@@ -240,6 +241,20 @@ mpr_err_t app_ckpt_save(const char *dir, mpr_tensor_dict_t *d, const app_ckpt_st
  * NULL) its malloc'ed path. Damaged files are skipped with a warning on
  * stderr. MPR_ERR_NOT_FOUND when there is none (or no dir). */
 mpr_err_t app_ckpt_load_latest(const char *dir, mpr_tensor_dict_t **d, app_ckpt_state_t *st, char **path_out);
+
+/* --resume, the part every app shares: the newest checkpoint of `dir`
+ * (app_ckpt_load_latest) that belongs to this run: written with `seed`, and
+ * for each pair of the NULL-terminated list `meta` ({key, value, key,
+ * value, ..., NULL}) with that metadata value. *d (caller destroys), *st,
+ * *path_out (malloc'ed, may be NULL) as app_ckpt_load_latest; a checkpoint
+ * of another run is MPR_ERR_INVALID_ARG naming what differs, and nothing is
+ * returned. */
+mpr_err_t app_ckpt_load_run(const char *dir, uint64_t seed, const char *const *meta, mpr_tensor_dict_t **d,
+                            app_ckpt_state_t *st, char **path_out);
+/* Send checkpoint `d` (borrowed) as .safetensors bytes to each of the `n`
+ * workers in `to` through the registered function `fn`, whose one argument
+ * is those bytes ("y"); encoded once. Stops at the first failure. */
+mpr_err_t app_ckpt_send(const mpr_tensor_dict_t *d, int n, const mpr_dest_t *to, const char *fn);
 
 /* Put tensors[i] into d as "<prefix><names[i]>" (references taken by d). */
 mpr_err_t app_dict_add_tensors(mpr_tensor_dict_t *d, const char *prefix, int n, const char *const *names,

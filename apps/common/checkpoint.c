@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "mpirpc/mpirpc.h"
 
 #define CKPT_PREFIX "ckpt-"
 #define CKPT_SUFFIX ".safetensors"
@@ -217,6 +218,50 @@ mpr_err_t app_ckpt_load_latest(const char *dir, mpr_tensor_dict_t **d, app_ckpt_
     }
     free(steps);
     return mpr_error_set(MPR_ERR_NOT_FOUND, "no checkpoint to resume from in '%s'", dir);
+}
+
+mpr_err_t app_ckpt_load_run(const char *dir, uint64_t seed, const char *const *meta, mpr_tensor_dict_t **d,
+                            app_ckpt_state_t *st, char **path_out) {
+    char *path = NULL;
+    mpr_err_t e = app_ckpt_load_latest(dir, d, st, &path);
+    if (e) return e;
+    char want[512] = "", got[512] = "";
+    size_t wl = 0, gl = 0;
+    bool same = st->seed == seed;
+    for (int i = 0; meta && meta[i]; i += 2) {
+        const char *have = mpr_tensor_dict_get_meta(*d, meta[i]);
+        if (have && strcmp(have, meta[i + 1]) == 0) continue;
+        same = false;
+        if (wl < sizeof want) wl += (size_t)snprintf(want + wl, sizeof want - wl, "%s %s, ", meta[i], meta[i + 1]);
+        if (gl < sizeof got) gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s %s, ", meta[i], have ? have : "(none)");
+    }
+    if (!same)
+        e = mpr_error_set(MPR_ERR_INVALID_ARG, "checkpoint %s is of another run: %sseed %llu; this run: %sseed %llu",
+                          path, got, (unsigned long long)st->seed, want, (unsigned long long)seed);
+    if (e) {
+        mpr_tensor_dict_destroy(*d);
+        *d = NULL;
+        free(path);
+        path = NULL;
+    }
+    if (path_out)
+        *path_out = path;
+    else
+        free(path);
+    return e;
+}
+
+mpr_err_t app_ckpt_send(const mpr_tensor_dict_t *d, int n, const mpr_dest_t *to, const char *fn) {
+    void *buf = NULL;
+    size_t len = 0;
+    mpr_err_t e = mpr_safetensors_encode(d, &buf, &len);
+    for (int i = 0; !e && i < n; i++) {
+        mpr_value_t *r = NULL;
+        e = mpr_call_sync(to[i], fn, MPR_TIMEOUT_DEFAULT, &r, "y", buf, len);
+        mpr_value_release(r);
+    }
+    free(buf);
+    return e;
 }
 
 mpr_err_t app_dict_add_tensors(mpr_tensor_dict_t *d, const char *prefix, int n, const char *const *names,

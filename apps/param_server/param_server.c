@@ -186,13 +186,10 @@ static mpr_err_t gather_params(trainer_t *t) {
 static mpr_err_t restore(trainer_t *t) {
     mpr_tensor_dict_t *d = NULL;
     char *path = NULL;
-    mpr_err_t e = app_ckpt_load_latest(t->cfg->common.checkpoint_dir, &d, &t->start, &path);
+    const char *const run[] = {"ps_app.model", t->cfg->model, NULL};
+    mpr_err_t e = app_ckpt_load_run(t->cfg->common.checkpoint_dir, (uint64_t)t->cfg->common.seed, run, &d, &t->start,
+                                    &path);
     if (e) return e;
-    const char *model = mpr_tensor_dict_get_meta(d, "ps_app.model");
-    if (!model || strcmp(model, t->cfg->model) != 0 || t->start.seed != (uint64_t)t->cfg->common.seed)
-        e = mpr_error_set(MPR_ERR_INVALID_ARG, "checkpoint %s is of model %s, seed %llu; this run: %s, seed %lld", path,
-                          model ? model : "?", (unsigned long long)t->start.seed, t->cfg->model,
-                          (long long)t->cfg->common.seed);
     const char *trainers = mpr_tensor_dict_get_meta(d, "ps_app.trainers");
     char want[24];
     snprintf(want, sizeof want, "%d", t->lay.ntrainers);

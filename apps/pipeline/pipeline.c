@@ -200,28 +200,24 @@ static mpr_err_t checkpoint(driver_t *d) {
 static mpr_err_t restore(driver_t *d) {
     mpr_tensor_dict_t *dict = NULL;
     char *path = NULL;
-    mpr_err_t e = app_ckpt_load_latest(d->cfg->common.checkpoint_dir, &dict, &d->start, &path);
+    const char *const run[] = {"pipeline.model", d->cfg->kind, NULL};
+    mpr_err_t e = app_ckpt_load_run(d->cfg->common.checkpoint_dir, (uint64_t)d->cfg->common.seed, run, &dict, &d->start,
+                                    &path);
     if (e) return e;
-    const char *model = mpr_tensor_dict_get_meta(dict, "pipeline.model");
-    if (!model || strcmp(model, d->cfg->kind) || d->start.seed != (uint64_t)d->cfg->common.seed)
-        e = mpr_error_set(MPR_ERR_INVALID_ARG, "checkpoint %s is of model %s, seed %llu; this run: %s, seed %lld", path,
-                          model ? model : "?", (unsigned long long)d->start.seed, d->cfg->kind,
-                          (long long)d->cfg->common.seed);
-    void *buf = NULL;
-    size_t len = 0;
-    if (!e) e = mpr_safetensors_encode(dict, &buf, &len);
+    mpr_dest_t *stages = calloc((size_t)d->pipe->nstages, sizeof *stages);
+    char (*names)[32] = calloc((size_t)d->pipe->nstages, sizeof *names);
+    if (!stages || !names) e = mpr_error_set(MPR_ERR_NOMEM, "out of memory");
     for (int k = 0; !e && k < d->pipe->nstages; k++) {
-        char name[32];
-        snprintf(name, sizeof name, "stage%d", k + 1);
-        mpr_value_t *r = NULL;
-        e = mpr_call_sync(mpr_to_name(name), PIPELINE_LOAD_FN, MPR_TIMEOUT_DEFAULT, &r, "y", buf, len);
-        mpr_value_release(r);
+        snprintf(names[k], sizeof names[k], "stage%d", k + 1);
+        stages[k] = mpr_to_name(names[k]);
     }
+    if (!e) e = app_ckpt_send(dict, d->pipe->nstages, stages, PIPELINE_LOAD_FN);
+    free(stages);
+    free(names);
     if (!e) e = mpr_dist_optimizer_state_import(d->opt, dict, "optim.");
     if (!e)
         fprintf(stderr, "Resumed from %s (step %lld, epoch %lld)\n", path, (long long)d->start.step,
                 (long long)d->start.epoch + 1);
-    free(buf);
     free(path);
     mpr_tensor_dict_destroy(dict);
     return e;
