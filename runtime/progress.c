@@ -28,9 +28,6 @@
  *   each send; meanwhile (active_waiters > 0, or another thread polled in the
  *   last 50 us) the progress thread sleeps, so one thread per rank polls, not
  *   two. It still polls after each sleep, so nothing depends on the others.
- * - A thread other than a pool worker that polled and left tasks queued
- *   for the pool yields the core once, so the worker woken for them runs
- *   at once instead of after the poller's spin.
  * - The progress thread stays hot while messages assemble or drain, and
  *   awake (polling, yielding between polls) while sends are in flight, whose
  *   rendezvous the sender's side must drive too; otherwise it backs off:
@@ -339,21 +336,10 @@ int mpri_progress_poll(void) {
     pthread_mutex_unlock(&prog.poll_lock);
     /* The data receives of the messages matched above, without the lock:
      * meanwhile another thread may poll. */
-    bool posted_any = to_post != NULL;
     while (to_post) {
         mpri_msg_t *msg = to_post;
         to_post = msg->next;
         post_receives(msg);
-    }
-    /* Open MPI often completes a batch inside MPI_Irecv (its data had
-     * arrived: a CMA read): dispatch such messages now, not at the next poll,
-     * which the threads that poll may reach only after a 50-200 us sleep (a
-     * 1 MiB echo took 371 us instead of 234). If another thread holds the
-     * lock, it is polling and takes them. */
-    if (posted_any && pthread_mutex_trylock(&prog.poll_lock) == 0) {
-        take_posted();
-        if (prog.assembling) events += test_assembling();
-        pthread_mutex_unlock(&prog.poll_lock);
     }
     in_progress_context = was_in_context;
     return events;
@@ -368,19 +354,9 @@ void mpri_progress_waiter_leave(void) {
     mpri_event_signal(); /* the progress thread may resume polling */
 }
 
-/* After a poll that queued work for the pool: give the core to the worker
- * that must run it (a pool thread waiting runs it itself). On 2 cores a
- * polling thread that kept spinning held the woken worker off the core for
- * 50-100 us per request. */
-static void yield_to_queued_work(void) {
-    if (!mpri_on_pool_thread() && mpri_pool_queued() > 0) sched_yield();
-}
-
 static bool waiter_help(void) {
     if (in_progress_context) return false; /* never poll re-entrantly */
-    if (mpri_progress_poll() == 0) return false;
-    yield_to_queued_work();
-    return true;
+    return mpri_progress_poll() > 0;
 }
 
 static bool runtime_stopped(void) { return mpri_state() == MPRI_STOPPED; }
@@ -467,8 +443,10 @@ static void *progress_main(void *unused) {
         }
         /* The thread is in the progress context throughout; poll() keeps it. */
         /* Messages half-received need MPI progress: stay hot. */
+        /* (No sched_yield after a poll that queued pool work: c139c7a's
+         * yield made remote() + to_here() 25x slower, 4.3 -> 109 us, on a
+         * quiet machine.) */
         int events = mpri_progress_poll();
-        if (events > 0) yield_to_queued_work();
         if (events > 0 || atomic_load(&prog.busy) > 0) {
             idle_since = mpri_now_ns();
             sleep_ns = 10000;
