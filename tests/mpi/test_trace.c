@@ -555,24 +555,8 @@ static void check_mid_files(const cJSON *final_ev) {
 static int check_file(void) {
     char path[4096];
     snprintf(path, sizeof path, "%s.json", prefix);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "no trace file %s\n", path);
-        return 1;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
-    size_t got = fread(text, 1, (size_t)len, f);
-    fclose(f);
-    text[got] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root) {
-        fprintf(stderr, "%s is not valid JSON near: %.60s\n", path, cJSON_GetErrorPtr());
-        return 1;
-    }
+    cJSON *root = load(path);
+    if (!root) return 1;
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
     EXPECT(cJSON_IsArray(ev), "no traceEvents array");
     if (cJSON_IsArray(ev)) {
