@@ -3,9 +3,9 @@
  *
  * Fresh multi-megabyte allocations come from mmap and pay a page fault per
  * 4 KiB on first touch; a receive of a 64 MiB tensor would spend as long
- * faulting as copying. Freed blocks of at least 1 MiB are kept (up to 8
- * blocks, 512 MiB in all, or MPIRPC_HOST_CACHE_MB) and handed out again for
- * the same rounded size. */
+ * faulting as copying. Freed blocks of at least 256 KiB are kept (up to
+ * 64 blocks, 512 MiB in all, or MPIRPC_HOST_CACHE_MB; the oldest go first)
+ * and handed out again for the same rounded size. */
 #ifndef MPRI_HOST_ALLOC_H
 #define MPRI_HOST_ALLOC_H
 
@@ -15,6 +15,8 @@
 void *mpri_host_alloc(size_t nbytes);
 /* Return a block from mpri_host_alloc(nbytes) (same `nbytes`). NULL is a no-op. */
 void mpri_host_free(void *p, size_t nbytes);
+/* How many blocks and bytes the cache holds now (tests, debugging). */
+void mpri_host_cache_stats(size_t *blocks, size_t *bytes);
 /* Free every cached block (runtime shutdown, tests). */
 void mpri_host_cache_trim(void);
 

@@ -1,7 +1,8 @@
 /* test_rt_host_alloc.c — the cache of large host blocks: a freed block of
- * >= 1 MiB is handed out again for the same rounded size (no fresh mmap and
- * page faults), small blocks are not cached, the byte budget is respected,
- * and trimming empties the cache. Tensors use it through their storages. */
+ * >= 256 KiB is handed out again for the same rounded size (no fresh mmap
+ * and page faults), small blocks are not cached, a full cache keeps the 64
+ * most recent frees (the oldest are freed), and trimming empties the
+ * cache. Tensors use it through their storages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,32 +44,79 @@ static void test_tensor_storage_uses_cache(void **state) {
     mpri_host_cache_trim();
 }
 
-static void test_small_blocks_not_cached_and_budget(void **state) {
+static void test_small_blocks_not_cached(void **state) {
     mpri_host_cache_trim();
-    void *s = mpri_host_alloc(1000);
+    size_t blocks, bytes;
+    void *s = mpri_host_alloc(1000), *m = mpri_host_alloc((size_t)200 << 10);
     assert_non_null(s);
+    assert_non_null(m);
     assert_int_equal((uintptr_t)s % 64, 0);
-    mpri_host_free(s, 1000); /* freed, not cached: nothing to assert but no leak under ASan */
-    /* more large blocks than slots: the extras are freed, the cache keeps at most 8 */
-    void *blocks[12];
-    for (int i = 0; i < 12; i++) blocks[i] = mpri_host_alloc((size_t)(i + 1) << 20);
-    for (int i = 0; i < 12; i++) mpri_host_free(blocks[i], (size_t)(i + 1) << 20);
-    int hits = 0;
-    for (int i = 0; i < 12; i++) {
-        void *again = mpri_host_alloc((size_t)(i + 1) << 20);
-        hits += again == blocks[i];
-        mpri_host_free(again, (size_t)(i + 1) << 20);
-    }
-    assert_true(hits >= 1 && hits <= 8);
+    mpri_host_free(s, 1000); /* below 256 KiB: freed, not cached */
+    mpri_host_free(m, (size_t)200 << 10);
+    mpri_host_cache_stats(&blocks, &bytes);
+    assert_int_equal(blocks, 0);
+    assert_int_equal(bytes, 0);
     mpri_host_free(NULL, 5);
+}
+
+/* More distinct sizes than slots: the cache keeps the 64 most recent frees,
+ * each of them handed out again, and the first ones went back to the system. */
+static void test_full_cache_keeps_the_newest(void **state) {
     mpri_host_cache_trim();
+    enum { N = 70, SLOTS = 64 };
+    size_t blocks, bytes, total = 0;
+    for (int i = 0; i < N; i++) {
+        size_t n = ((size_t)256 << 10) + ((size_t)i << 16);
+        mpri_host_free(mpri_host_alloc(n), n);
+        if (i >= N - SLOTS) total += n;
+    }
+    mpri_host_cache_stats(&blocks, &bytes);
+    assert_int_equal(blocks, SLOTS);
+    assert_int_equal(bytes, total);
+    for (int i = N - SLOTS; i < N; i++) { /* each comes from the cache */
+        size_t n = ((size_t)256 << 10) + ((size_t)i << 16);
+        void *p = mpri_host_alloc(n);
+        mpri_host_cache_stats(&blocks, &bytes);
+        assert_int_equal(blocks, (size_t)(N - 1 - i));
+        total -= n;
+        assert_int_equal(bytes, total);
+        free(p); /* not back into the cache */
+    }
+    for (int i = 0; i < N - SLOTS; i++) { /* evicted: a fresh block, the cache stays empty */
+        size_t n = ((size_t)256 << 10) + ((size_t)i << 16);
+        void *p = mpri_host_alloc(n);
+        assert_non_null(p);
+        free(p);
+    }
+    mpri_host_cache_stats(&blocks, &bytes);
+    assert_int_equal(blocks, 0);
+    assert_int_equal(bytes, 0);
+    mpri_host_cache_trim();
+}
+
+/* The byte budget (512 MiB by default): freeing past it frees the oldest
+ * cached blocks first (the blocks are never touched: no memory is used). */
+static void test_budget_evicts_the_oldest(void **state) {
+    mpri_host_cache_trim();
+    size_t big = (size_t)120 << 20, blocks, bytes;
+    void *b[5];
+    for (int i = 0; i < 5; i++) assert_non_null(b[i] = mpri_host_alloc(big));
+    for (int i = 0; i < 5; i++) mpri_host_free(b[i], big);
+    mpri_host_cache_stats(&blocks, &bytes);
+    assert_int_equal(blocks, 4); /* 5 x 120 MiB > 512 MiB: the first went */
+    assert_int_equal(bytes, 4 * big);
+    mpri_host_cache_trim();
+    mpri_host_cache_stats(&blocks, &bytes);
+    assert_int_equal(blocks, 0);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_blocks_are_reused),
         cmocka_unit_test(test_tensor_storage_uses_cache),
-        cmocka_unit_test(test_small_blocks_not_cached_and_budget),
+        cmocka_unit_test(test_small_blocks_not_cached),
+        cmocka_unit_test(test_full_cache_keeps_the_newest),
+        cmocka_unit_test(test_budget_evicts_the_oldest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
