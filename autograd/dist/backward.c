@@ -67,7 +67,10 @@
  * A gradient is a tensor, or — for a broadcast gradient such as sum's, whose
  * stride-0 dims hold one value — a list [the tensor with those dims of size
  * 1, int size of dim 0, ...] that the receiver expands again (no copy; a
- * 256x256 ones tensor travels as one float).
+ * 256x256 ones tensor travels as one float); when every dim is stride-0 (a
+ * single value, on the CPU) the list is [double value, int dtype, int size
+ * of dim 0, ...]: no tensor at all, so the message has no data message
+ * behind it.
  *
  * Each piece runs its own graph task over the subgraph its roots reach
  * (dependencies counted from those roots only): backward functions are
@@ -119,6 +122,11 @@ typedef struct piece {
      * were answered and absorbed, reqs[n_taken, n_reqs) are outstanding. */
     mpr_future_t **reqs;
     int n_reqs, cap_reqs, n_taken;
+    /* While RUNNING from a message's gradients: those decoded tensors (only
+     * the message's value and this piece hold them), each given to the
+     * context's map without a copy at most once (piece_sink), then NULL. */
+    mpr_tensor_t **wire;
+    int n_wire;
 } piece_t;
 
 static _Thread_local piece_t *running_piece;
@@ -241,10 +249,25 @@ static void piece_adopt_requests(piece_t *p, piece_t *q) {
  * generic copy is element by element). */
 static mpr_value_t *grad_to_wire(mpr_tensor_t *g) {
     int64_t compact[MPR_MAX_DIMS];
-    bool broadcast = false;
+    bool broadcast = false, single = g->storage->device < 0 && (g->dtype == MPR_F32 || g->dtype == MPR_F64);
     for (int d = 0; d < g->ndim; d++) {
         compact[d] = g->strides[d] == 0 ? 1 : g->shape[d];
         if (compact[d] != g->shape[d]) broadcast = true;
+        if (compact[d] != 1) single = false;
+    }
+    if (broadcast && single) { /* one value: [double, dtype, sizes...], no tensor on the wire */
+        double x = 0;
+        mpr_tensor_t *one = mpri_tensor_view(g->storage, g->dtype, g->ndim, compact, g->strides, g->offset);
+        mpr_value_t *item = one && mpr_item(one, &x) == MPR_OK
+                                ? mpr_value_list_of(2, mpr_value_new_double(x), mpr_value_new_int((int64_t)g->dtype))
+                                : NULL;
+        mpr_tensor_release(one);
+        for (int d = 0; item && d < g->ndim; d++)
+            if (mpr_value_list_append(item, mpr_value_new_int(g->shape[d])) != MPR_OK) {
+                mpr_value_release(item);
+                item = NULL;
+            }
+        return item;
     }
     mpr_tensor_t *c = broadcast ? mpri_tensor_view(g->storage, g->dtype, g->ndim, compact, g->strides, g->offset)
                                 : mpr_tensor_retain(g);
@@ -280,6 +303,32 @@ static mpr_value_t *grads_to_wire(int n, mpr_tensor_t *const *gs) {
     return list;
 }
 
+/* A single-value item [double, int dtype, sizes...] back to a gradient: one
+ * element expanded (stride 0) to the sizes; NULL with the error set. */
+static mpr_tensor_t *single_from_wire(const mpr_value_t *item) {
+    size_t n = mpr_value_list_len(item);
+    double x = 0;
+    int64_t dt = -1, shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS] = {0}, ones[MPR_MAX_DIMS];
+    bool ok = n >= 2 && n - 2 <= MPR_MAX_DIMS && mpr_value_get_double(mpr_value_list_get(item, 0), &x) == MPR_OK &&
+              mpr_value_get_int(mpr_value_list_get(item, 1), &dt) == MPR_OK && (dt == MPR_F32 || dt == MPR_F64);
+    int nd = ok ? (int)n - 2 : 0;
+    for (int d = 0; ok && d < nd; d++) {
+        ok = mpr_value_get_int(mpr_value_list_get(item, (size_t)d + 2), &shape[d]) == MPR_OK && shape[d] >= 0;
+        ones[d] = 1;
+    }
+    if (!ok) {
+        mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
+        return NULL;
+    }
+    mpr_scope_begin(); /* ours to release, whether or not the thread has a scope open */
+    mpr_tensor_t *one = mpr_scope_keep(mpri_full_on(-1, (mpr_dtype_t)dt, nd, ones, x));
+    mpr_scope_end();
+    if (!one) return NULL;
+    mpr_tensor_t *t = mpri_tensor_view(one->storage, one->dtype, nd, shape, strides, 0);
+    mpr_tensor_release(one);
+    return t;
+}
+
 /* A wire item back to a gradient (new reference) or NULL with the error set. */
 static mpr_tensor_t *grad_from_wire(const mpr_value_t *item) {
     mpr_tensor_t *t = NULL;
@@ -288,6 +337,7 @@ static mpr_tensor_t *grad_from_wire(const mpr_value_t *item) {
         return mpr_tensor_retain(t);
     }
     size_t n = mpr_value_list_len(item);
+    if (n >= 1 && mpr_value_kind(mpr_value_list_get(item, 0)) == MPR_VALUE_DOUBLE) return single_from_wire(item);
     if (mpr_value_get_tensor(mpr_value_list_get(item, 0), &t) != MPR_OK || (int)n - 1 != t->ndim) {
         mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
         return NULL;
@@ -306,9 +356,25 @@ static mpr_tensor_t *grad_from_wire(const mpr_value_t *item) {
 
 /* ---- running pieces ---- */
 
+/* The engine's sink of a piece: the leaf's gradient into the context; a
+ * decoded wire tensor of the piece reaching it unchanged is kept without a
+ * copy (once: a second leaf reached by the same tensor gets a copy). */
+static mpr_err_t piece_sink(void *arg, mpr_tensor_t *leaf, mpr_tensor_t *grad) {
+    piece_t *p = arg;
+    int found = -1, seen = 0;
+    for (int i = 0; i < p->n_wire; i++)
+        if (p->wire[i] == grad) {
+            found = i;
+            seen++;
+        }
+    if (seen != 1) return mpri_dist_ctx_accumulate(p->ctx, leaf, grad, false);
+    p->wire[found] = NULL;
+    return mpri_dist_ctx_accumulate(p->ctx, leaf, grad, true);
+}
+
 /* RUNNING: run the engine from `edges` fed with `grads`, then seal. */
 static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t *const *grads) {
-    mpri_engine_opts_t opts = {.retain_graph = true, .sink = mpri_dist_ctx_sink, .sink_ctx = p->ctx};
+    mpri_engine_opts_t opts = {.retain_graph = true, .sink = piece_sink, .sink_ctx = p};
     mpri_graph_task_t *task = mpri_graph_task_create(&opts);
     mpr_err_t e = task ? mpri_graph_task_add_roots(task, n, edges) : mpr_last_error_code();
     piece_t *outer = running_piece; /* a thread may run a piece while it waits in another */
@@ -352,7 +418,13 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
         snprintf(text, sizeof text, "%s", mpr_last_error());
         piece_fail(p, e, text);
     } else {
+        p->wire = malloc((size_t)k * sizeof *p->wire); /* NULL (out of memory): every gradient is copied */
+        p->n_wire = p->wire ? k : 0;
+        for (int i = 0; i < p->n_wire; i++) p->wire[i] = gs[i];
         piece_run(p, k, edges, gs);
+        free(p->wire);
+        p->wire = NULL;
+        p->n_wire = 0;
     }
     for (int i = 0; gs && i < k; i++) mpr_tensor_release(gs[i]);
     free(edges);

@@ -61,17 +61,70 @@ static _Thread_local int64_t current_ctx;
 
 /* Recently ended ids (a ring, guarded by table.lock): a message sent inside
  * a context can reach a worker after that context's cleanup did (they run
- * on different pool threads), and must not bring the context back. */
+ * on different pool threads), and must not bring the context back. The ring
+ * keeps the last ENDED_RING ids in end order; an open-addressing set with
+ * tombstones mirrors it, so the check on every new context and every end is
+ * a few probes, not a scan of the whole ring (it was 1024 compares on each
+ * worker's first message of a context and on each end). Invariant (Debug:
+ * check_ended_locked): an id is in the set iff it is in the ring. */
 #define ENDED_RING 1024
+#define ENDED_SLOTS 4096 /* power of two, 4x the ring: short probe runs */
+#define ENDED_TOMB ((int64_t)-1)
 static int64_t ended_ring[ENDED_RING];
 static unsigned ended_next;
+static int64_t ended_set[ENDED_SLOTS]; /* 0: empty, ENDED_TOMB: removed, else an id */
 
-static void remember_ended_locked(int64_t id) { ended_ring[ended_next++ % ENDED_RING] = id; }
+static unsigned ended_slot(int64_t id) { return (unsigned)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> 52); }
 
 static bool recently_ended_locked(int64_t id) {
-    for (unsigned i = 0; i < ENDED_RING; i++)
-        if (ended_ring[i] == id) return true;
+    for (unsigned h = ended_slot(id), i = 0; i < ENDED_SLOTS; h = (h + 1) & (ENDED_SLOTS - 1), i++) {
+        if (ended_set[h] == id) return true;
+        if (ended_set[h] == 0) return false;
+    }
     return false;
+}
+
+static void ended_set_remove_locked(int64_t id) {
+    for (unsigned h = ended_slot(id), i = 0; i < ENDED_SLOTS; h = (h + 1) & (ENDED_SLOTS - 1), i++) {
+        if (ended_set[h] == id) {
+            ended_set[h] = ENDED_TOMB;
+            return;
+        }
+        if (ended_set[h] == 0) break;
+    }
+    MPRI_ASSERT(false, "an id leaving the ended ring is in the ended set");
+}
+
+static void check_ended_locked(void) {
+    if (!MPRI_DEBUG_CHECKS) return;
+    int in_set = 0, in_ring = 0;
+    for (unsigned h = 0; h < ENDED_SLOTS; h++) in_set += ended_set[h] != 0 && ended_set[h] != ENDED_TOMB;
+    for (unsigned i = 0; i < ENDED_RING; i++)
+        if (ended_ring[i]) {
+            in_ring++;
+            MPRI_DEBUG_ASSERT(recently_ended_locked(ended_ring[i]), "every id of the ended ring is in the set");
+        }
+    MPRI_DEBUG_ASSERT(in_set == in_ring, "the ended set holds the ring's ids and nothing else");
+}
+
+/* Remember `id` (nonzero, not remembered yet) as ended; the oldest leaves. */
+static void remember_ended_locked(int64_t id) {
+    unsigned at = ended_next++ % ENDED_RING;
+    if (ended_ring[at]) ended_set_remove_locked(ended_ring[at]);
+    ended_ring[at] = id;
+    unsigned h = ended_slot(id);
+    while (ended_set[h] != 0 && ended_set[h] != ENDED_TOMB) h = (h + 1) & (ENDED_SLOTS - 1);
+    ended_set[h] = id;
+    if ((ended_next & (ENDED_RING - 1)) == 0) { /* once per ring turn: rebuild without tombstones */
+        memset(ended_set, 0, sizeof ended_set);
+        for (unsigned i = 0; i < ENDED_RING; i++) {
+            if (!ended_ring[i]) continue;
+            unsigned k = ended_slot(ended_ring[i]);
+            while (ended_set[k]) k = (k + 1) & (ENDED_SLOTS - 1);
+            ended_set[k] = ended_ring[i];
+        }
+    }
+    check_ended_locked();
 }
 
 static const char *self_name(void) { return mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "?"; }
@@ -295,8 +348,7 @@ uint64_t mpri_dist_next_msg_id(void) {
 
 /* ---- gradients ---- */
 
-mpr_err_t mpri_dist_ctx_sink(void *arg, mpr_tensor_t *leaf, mpr_tensor_t *grad) {
-    mpri_dist_ctx_t *c = arg;
+mpr_err_t mpri_dist_ctx_accumulate(mpri_dist_ctx_t *c, mpr_tensor_t *leaf, mpr_tensor_t *grad, bool private_grad) {
     /* The sum is computed outside the lock; a concurrent pass adding to the
      * same leaf retries against the newer value. */
     for (;;) {
@@ -320,10 +372,12 @@ mpr_err_t mpri_dist_ctx_sink(void *arg, mpr_tensor_t *leaf, mpr_tensor_t *grad) 
                 c->capgrads = cap;
             }
             /* The engine's buffer itself when nobody else can see it (its only
-             * reference, its storage's only view: nothing can write it later);
-             * else a copy (it may be shared with other slots, or be a view). */
-            mpr_tensor_t *own = atomic_load(&grad->refcount) == 1 && atomic_load(&grad->storage->refcount) == 1
-                                    ? mpr_tensor_retain(grad)
+             * reference, or the pass's private wire tensor; its storage's only
+             * view, contiguous: nothing can write it later); else a copy (it
+             * may be shared with other slots, or be a view). */
+            bool keep = (private_grad || atomic_load(&grad->refcount) == 1) &&
+                        atomic_load(&grad->storage->refcount) == 1 && mpr_tensor_is_contiguous(grad);
+            mpr_tensor_t *own = keep ? mpr_tensor_retain(grad)
                                     : mpr_scope_keep(mpr_clone(grad)); /* grad mode is off: no history */
             if (!own) {
                 pthread_mutex_unlock(&c->lock);
@@ -458,7 +512,7 @@ mpr_err_t mpr_dist_accumulate_gradient(int64_t ctx_id, mpr_tensor_t *t, mpr_tens
     bool prev = mpr_set_grad_enabled(false); /* the sink's sums record nothing */
     mpr_scope_begin();
     mpr_tensor_t *own = mpr_clone(grad); /* the sink may keep its argument: give it a private copy */
-    mpr_err_t e = own ? mpri_dist_ctx_sink(c, t, own) : mpr_last_error_code();
+    mpr_err_t e = own ? mpri_dist_ctx_accumulate(c, t, own, false) : mpr_last_error_code();
     mpr_scope_end();
     mpr_set_grad_enabled(prev);
     mpri_dist_ctx_release(c);

@@ -64,8 +64,13 @@ mpr_err_t mpri_dist_ctx_add_worker_locked(mpri_dist_ctx_t *c, int rank);
 mpr_err_t mpri_dist_ctx_add_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id, mpri_node_t *node);
 /* The send function under `msg_id` (new reference) or NULL (lock held). */
 mpri_node_t *mpri_dist_ctx_find_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id);
-/* Engine sink: accumulate `grad` for `leaf` in the context (engine.h). */
-mpr_err_t mpri_dist_ctx_sink(void *ctx, mpr_tensor_t *leaf, mpr_tensor_t *grad);
+/* Accumulate `grad` (borrowed) for `leaf` in context `c`. The first gradient
+ * of a leaf is kept as it is, without a copy, when nothing else can write it
+ * later: it is contiguous, alone on its storage, and either its only
+ * reference is the caller's or `private_grad` says its other references are
+ * internal to the pass (a decoded message's value, released unwritten);
+ * otherwise a copy is kept. */
+mpr_err_t mpri_dist_ctx_accumulate(mpri_dist_ctx_t *c, mpr_tensor_t *leaf, mpr_tensor_t *grad, bool private_grad);
 /* The thread's current context id (0: none). */
 int64_t mpri_dist_current(void);
 /* Make `id` (alive or not: a call that uses an ended one fails then) the
