@@ -281,6 +281,45 @@ static void test_simple(void) {
     mpr_tensor_release(x);
 }
 
+/* Broadcast gradients on the wire (backward.c): mean's, whose every dim is
+ * stride 0 (one value, sent as a double), and a sum over dim 0's, stride 0
+ * in one dim only (sent as [tensor, sizes]); each reaches its own recv
+ * function, and the gradient of w equals the local one. The root also keeps
+ * the decoded gradient of w without a copy: it must not alias anything the
+ * next pass writes (a second context over the same w gets the same value). */
+static void test_broadcast_gradients(void) {
+    if (me != 0) return;
+    mpr_tensor_t *w = filled(4, 3, 0.3, true), *x = filled(3, 5, 0.9, false), *c = filled(1, 5, 1.7, false);
+    mpr_tensor_t *g[2];
+    for (int round = 0; round < 2; round++) {
+        int64_t ctx;
+        CHECK_OK(mpr_dist_context_begin(&ctx));
+        mpr_scope_begin();
+        mpr_tensor_t *y1 = call_tensor(1, "mm", tensors2(w, x)), *y2 = call_tensor(2, "mm", tensors2(w, x));
+        int dim0 = 0;
+        mpr_tensor_t *roots[2] = {mpr_mean(y1), mpr_sum(mpr_mul(mpr_sum_dims(y2, 1, &dim0, true), c))};
+        CHECK_OK(mpr_dist_backward(ctx, roots, 2, false));
+        mpr_tensor_release(y1);
+        mpr_tensor_release(y2);
+        mpr_scope_end();
+        g[round] = ctx_grad(ctx, w);
+        CHECK_OK(mpr_dist_context_end(ctx));
+    }
+    mpr_scope_begin();
+    mpr_tensor_t *l1 = mpr_mean(mpr_matmul(w, x));
+    int dim0 = 0;
+    mpr_tensor_t *l2 = mpr_sum(mpr_mul(mpr_sum_dims(mpr_matmul(w, x), 1, &dim0, true), c));
+    CHECK_OK(mpr_backward(mpr_add(l1, l2), NULL, false));
+    mpr_scope_end();
+    check_close(g[0], mpr_tensor_grad(w), "broadcast gradients dL/dw");
+    check_close(g[1], mpr_tensor_grad(w), "broadcast gradients dL/dw (second context)");
+    mpr_tensor_release(g[0]);
+    mpr_tensor_release(g[1]);
+    mpr_tensor_release(w);
+    mpr_tensor_release(x);
+    mpr_tensor_release(c);
+}
+
 /* The same graph through a call to self: recorded like any other. */
 static void test_call_to_self(void) {
     mpr_tensor_t *w = filled(3, 3, 0.25 + me, true), *x = filled(3, 3, 0.5, false);
@@ -944,6 +983,7 @@ int main(int argc, char **argv) {
     load_mlp_reference();
     RUN_TEST(test_requires_grad_on_the_wire);
     RUN_TEST(test_simple);
+    RUN_TEST(test_broadcast_gradients);
     RUN_TEST(test_call_to_self);
     RUN_TEST(test_nested_chain);
     RUN_TEST(test_param_twice_mixed_two_roots);
