@@ -8,8 +8,9 @@
  * so with both off the cost is one relaxed load and a branch not taken.
  *
  * Recording never locks and never allocates per event: each thread owns one
- * buffer of a fixed number of events (MPIRPC_TRACE_EVENTS, default 32768),
- * allocated at its first event (registration takes a lock once per thread);
+ * buffer of a fixed number of 64-byte events (MPIRPC_TRACE_EVENTS, default
+ * 32768: 2 MiB), allocated with its pages populated at its first event
+ * (registration takes a lock once per thread; no page fault while recording);
  * when it is full further events of that thread are dropped and counted.
  * Only the owning thread writes its buffer; the writer at shutdown reads
  * `len` (release/acquire) with recording off.
@@ -54,16 +55,23 @@ enum { MPRI_TCAT_USER = 0, MPRI_TCAT_AUTOGRAD, MPRI_TCAT_OPTIM, MPRI_TCAT_RUNTIM
 
 #define MPRI_TRACE_NAME_MAX 40
 
+/* One cache line: a message event's ids and bytes share their place with a
+ * range's name (a range has neither), so the buffers hold 64-byte events. */
 typedef struct mpri_trace_event {
     int64_t ts_ns, dur_ns; /* mpri_now_ns() of the start; duration (0: instant) */
-    uint64_t request_id;   /* the request's id on its caller (flows), 0 if none */
-    uint64_t function_id;  /* wire function id (CALL, REMOTE_CALL), else 0 */
-    uint64_t bytes;        /* message bytes, tensors' data included */
-    int32_t peer;
     uint8_t type, kind, category; /* MPRI_TEV_*, wire kind, MPRI_TCAT_* */
     uint8_t flags;                /* wire flags (low 8 bits) */
-    char name[MPRI_TRACE_NAME_MAX]; /* RANGE only */
+    int32_t peer;
+    union {
+        struct {                  /* every type but RANGE */
+            uint64_t request_id;  /* the request's id on its caller (flows), 0 if none */
+            uint64_t function_id; /* wire function id (CALL, REMOTE_CALL), else 0 */
+            uint64_t bytes;       /* message bytes, tensors' data included */
+        };
+        char name[MPRI_TRACE_NAME_MAX]; /* RANGE only */
+    };
 } mpri_trace_event_t;
+_Static_assert(sizeof(mpri_trace_event_t) == 64, "a trace event is one cache line");
 
 /* ---- recording (trace.c); call only under mpri_observing(MPRI_OBSERVE_TRACE) ---- */
 /* Append `ev` to the calling thread's buffer (or count it dropped). */
@@ -107,13 +115,15 @@ void mpri_observe_release(bool free_comm);
 
 /* Buffers of the calling process (trace_write.c walks them). */
 typedef struct mpri_trace_ring {
-    mpri_trace_event_t *events;
+    mpri_trace_event_t *events; /* cap events, mapped with its pages populated (trace.c) */
     uint32_t cap;
-    atomic_uint len;
-    atomic_uint_fast64_t dropped;
     int thread_index; /* registration order: the track id */
     char thread_name[32];
     struct mpri_trace_ring *next;
+    /* Written by the owning thread at every event: a cache line of its own,
+     * shared with no other thread's ring. */
+    _Alignas(64) atomic_uint len;
+    atomic_uint_fast64_t dropped;
 } mpri_trace_ring_t;
 /* The list of buffers (registration order reversed). New buffers are only
  * pushed at its head, so a walk from the head read here is safe while

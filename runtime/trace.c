@@ -5,9 +5,11 @@
  * - Only the owning thread appends to its buffer: it writes the event, then
  *   publishes it with a release store of `len`; a reader takes `len` with
  *   acquire and reads only events below it.
- * - A buffer is allocated once per thread and generation (at the thread's
- *   first event) and registered under `reg_lock`; recording itself takes no
- *   lock and allocates nothing. A full buffer drops the newest events and
+ * - A buffer is allocated once per thread and generation and registered
+ *   under `reg_lock` at the thread's first event: taken from the stock
+ *   (written through when tracing started, one per runtime thread) or mapped
+ *   with its pages populated then (new_ring); recording itself takes no
+ *   lock, allocates nothing and never faults a page in. A full buffer drops the newest events and
  *   counts them (`dropped`); events are complete (a slice carries its start
  *   and duration), so dropping never leaves half of a slice.
  * - Buffers live until mpri_trace_rings_free (after the runtime stopped,
@@ -18,6 +20,7 @@
  *   on then. */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,18 +58,71 @@ static uint32_t buffer_events(void) {
     return n >= 16 && n <= (1L << 24) ? (uint32_t)n : DEFAULT_EVENTS;
 }
 
-/* The calling thread's buffer, registered at its first event; NULL without memory. */
-static mpri_trace_ring_t *ring_of_thread(void) {
-    unsigned gen = atomic_load_explicit(&generation, memory_order_acquire);
-    if (my_ring && my_generation == gen) return my_ring;
-    mpri_trace_ring_t *r = calloc(1, sizeof *r);
-    uint32_t cap = buffer_events();
-    if (r) r->events = malloc(sizeof *r->events * cap);
-    if (!r || !r->events) {
+/* Fresh memory is expensive on the VMs this runs on (measured with 4 KiB
+ * pages, under load): the first write to a page costs 20-45 us when it
+ * faults it in, 1-2 us per page to populate it (MAP_POPULATE) and still
+ * ~10 us at the first write after that; a page written once costs nothing
+ * more. With 64-byte events a traced pipelined call wrote into a fresh page
+ * every ~20 calls on the callee, inside the handler or the poll: traced
+ * throughput fell to 0.34-0.6x of untraced (issue #19). So the buffers of
+ * the runtime's own threads are written through once when tracing starts
+ * (the stock, below), and any other thread's buffer is populated at its
+ * first event: recording itself never faults a page in. */
+static mpri_trace_ring_t *new_ring(bool write_through) {
+    mpri_trace_ring_t *r = aligned_alloc(_Alignof(mpri_trace_ring_t), sizeof *r);
+    if (!r) return NULL;
+    memset(r, 0, sizeof *r);
+    r->cap = buffer_events();
+    size_t bytes = (size_t)r->cap * sizeof(mpri_trace_event_t);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
         free(r);
         return NULL;
     }
-    r->cap = cap;
+    if (write_through) memset(p, 0, bytes);
+    r->events = p;
+    return r;
+}
+
+static void free_ring(mpri_trace_ring_t *r) {
+    if (r->events) munmap(r->events, (size_t)r->cap * sizeof(mpri_trace_event_t));
+    free(r);
+}
+
+/* Buffers written through in advance (new_ring(true)), not yet any
+ * thread's: a thread's first event takes one. Guarded by reg_lock. */
+static mpri_trace_ring_t *stock;
+
+/* Make sure `threads` buffers exist or wait in the stock (those of threads
+ * already recording count): called when tracing starts, for the runtime's
+ * threads (main, progress, pool). Best effort: without memory the threads
+ * allocate their own at their first event. */
+static void stock_up(int threads) {
+    pthread_mutex_lock(&reg_lock);
+    int have = 0;
+    for (mpri_trace_ring_t *r = rings; r; r = r->next) have++;
+    for (mpri_trace_ring_t *r = stock; r; r = r->next) have++;
+    pthread_mutex_unlock(&reg_lock);
+    for (; have < threads; have++) {
+        mpri_trace_ring_t *r = new_ring(true);
+        if (!r) break;
+        pthread_mutex_lock(&reg_lock);
+        r->next = stock;
+        stock = r;
+        pthread_mutex_unlock(&reg_lock);
+    }
+}
+
+/* The calling thread's buffer, registered at its first event (from the
+ * stock if one waits there); NULL without memory. */
+static mpri_trace_ring_t *ring_of_thread(void) {
+    unsigned gen = atomic_load_explicit(&generation, memory_order_acquire);
+    if (my_ring && my_generation == gen) return my_ring;
+    pthread_mutex_lock(&reg_lock);
+    mpri_trace_ring_t *r = stock;
+    if (r) stock = r->next;
+    pthread_mutex_unlock(&reg_lock);
+    if (!r && !(r = new_ring(false))) return NULL;
     pthread_mutex_lock(&reg_lock);
     r->thread_index = next_thread_index++;
     if (my_thread_name[0])
@@ -151,13 +207,18 @@ void mpri_trace_rings_free(void) {
     pthread_mutex_lock(&reg_lock);
     mpri_trace_ring_t *r = rings;
     rings = NULL;
+    while (stock) { /* the spare buffers go too: one list to free */
+        mpri_trace_ring_t *spare = stock;
+        stock = spare->next;
+        spare->next = r;
+        r = spare;
+    }
     next_thread_index = 0;
     atomic_fetch_add(&generation, 1);
     pthread_mutex_unlock(&reg_lock);
     while (r) {
         mpri_trace_ring_t *next = r->next;
-        free(r->events);
-        free(r);
+        free_ring(r);
         r = next;
     }
     prefix[0] = '\0';
@@ -194,6 +255,7 @@ static mpr_err_t start(const char *p, bool from_env, const char *who) {
     if (!path_writable(p, who)) return mpr_last_error_code();
     snprintf(prefix, sizeof prefix, "%s", p);
     prefix_from_env = from_env;
+    stock_up(mpri_rt.num_worker_threads + 2); /* the pool, the progress thread, the caller's thread */
     atomic_fetch_or(&mpri_observe, MPRI_OBSERVE_TRACE);
     return MPR_OK;
 }
