@@ -4,7 +4,9 @@
 #   base   the library of another build (BASE_LIB=<its build dir>, optional: "off" against the code
 #          before tracing existed; bench_rpc itself is this build's, loaded against that library),
 #   off    this build, nothing enabled,
-#   trace  MPIRPC_TRACE set (every event recorded: buffers large enough that none is dropped),
+#   trace  MPIRPC_TRACE set (every event recorded: buffers large enough that none is dropped; the
+#          runtime threads' buffers are written through when tracing starts, so a larger buffer
+#          costs start-up time and memory, not throughput),
 #   stats  MPIRPC_STATS=1.
 # Prints each run as a JSON line, then one summary line: per configuration the median over rounds,
 # and the ratios to "off" (rtt: higher is slower; throughput: lower is slower): the median of the
@@ -27,7 +29,7 @@ run() { # config -> "rtt_us calls_per_s"
   local env=()
   case $1 in
     base) env=(LD_LIBRARY_PATH="$BASE_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}") ;;
-    trace) env=(MPIRPC_TRACE="$tmp/trace" MPIRPC_TRACE_EVENTS=262144) ;;
+    trace) env=(MPIRPC_TRACE="$tmp/trace" MPIRPC_TRACE_EVENTS=65536) ;; # --quick --rpc: <= 42k events a thread
     stats) env=(MPIRPC_STATS=1) ;;
   esac
   env "${env[@]}" mpiexec $flags -n 2 "$bench" --quick --rpc 2>/dev/null |
