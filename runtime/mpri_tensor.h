@@ -87,7 +87,10 @@ typedef struct mpri_tensor_block mpri_tensor_block_t;
 /* NULL (error set) when out of memory. Data starts 64-byte aligned. */
 mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstorages);
 /* A contiguous tensor whose bytes are [offset, offset + its nbytes) of the
- * block, its storage being record `index` (each index carved once). The
+ * block, its storage being record `index` (each index carved once). All
+ * carving is done by the block's creator before it shares any carved
+ * tensor with another thread (the block's count is then bumped without an
+ * atomic read-modify-write), and before it drops its reference. The
  * caller checks the shape (mpri_tensor_check_shape), that the slice fits the
  * block and that `offset` is a multiple of the dtype size. NULL on failure. */
 mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, size_t offset,

@@ -14,6 +14,7 @@
 
 struct mpri_buf;
 struct mpri_reader;
+struct mpri_value_slab;
 
 #define MPRI_VALUE_MAGIC 0x56414c55u      /* "VALU": a live value */
 #define MPRI_VALUE_DEAD 0x64656164u       /* "dead": released (see mpri_quarantine.h) */
@@ -41,7 +42,28 @@ struct mpr_value {
     mpr_value_kind_t kind;
     bool immortal;  /* the shared none value */
     uint32_t magic; /* MPRI_VALUE_MAGIC while alive; checked by every public entry */
+    /* Non-NULL: this struct lives in a slab shared with other values (a
+     * decoded list's tensor items), freed with the slab's last value. */
+    struct mpri_value_slab *slab;
 };
+
+/* Slabs: the tensor values of a decoded list in one allocation, instead of
+ * one per value (a list of thousands of parameter tensors). Each value is an
+ * ordinary value (own refcount, released on its own, poisoned when dead);
+ * its struct goes back with the slab, when the last value taken from it
+ * dies, so one surviving value keeps the slab's `cap` structs alive. A slab
+ * belongs to the decoding thread until mpri_value_slab_done: values taken
+ * from it must not be released before (nor handed to another thread). */
+typedef struct mpri_value_slab mpri_value_slab_t;
+/* Room for `cap` values; NULL (error set) when out of memory. */
+mpri_value_slab_t *mpri_value_slab_create(uint32_t cap);
+/* A tensor value holding a new reference to live tensor `t`, from the slab
+ * while it has room, else (or with `s` NULL) from the heap. NULL (error set)
+ * when out of memory. */
+mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t);
+/* The decoder is done taking values: the slab now lives as long as they do
+ * (freed at once if none was taken). NULL is a no-op. */
+void mpri_value_slab_done(mpri_value_slab_t *s);
 
 /* Hooks for one opaque kind (MPR_VALUE_RREF or MPR_VALUE_OBJECT). */
 typedef struct mpri_opaque_value_ops {

@@ -3,7 +3,7 @@
  *
  * A received batch of small tensors is written by one MPI receive into one
  * block, instead of three allocations (tensor, storage, bytes) per tensor.
- * Layout, in one aligned_alloc: the block header with its storage records,
+ * Layout, in one allocation (mpri_host_alloc): the block header with its storage records,
  * the tensor structs, then the data, 64-byte aligned.
  *
  * Invariants: the block's refcount is the number of live storages carved
@@ -18,10 +18,12 @@
 #include <string.h>
 
 #include "mpri_assert.h"
+#include "mpri_host_alloc.h"
 #include "mpri_tensor.h"
 
 struct mpri_tensor_block {
     atomic_long refcount;
+    size_t total_bytes; /* of the allocation (mpri_host_free needs it) */
     size_t data_bytes;
     uint8_t *data;
     mpr_tensor_t *tensors; /* nstorages structs, after the storage records */
@@ -38,13 +40,17 @@ mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstora
                                  _Alignof(mpr_tensor_t));
     size_t data_at = round_up(tensors_at + (size_t)nstorages * sizeof(mpr_tensor_t), BLOCK_ALIGN);
     size_t total = round_up(data_at + data_bytes, BLOCK_ALIGN);
-    mpri_tensor_block_t *b = aligned_alloc(BLOCK_ALIGN, total);
+    /* From the host allocator: a block of 1 MiB or more comes back warm
+     * from its cache (a fresh one pays a page fault per 4 KiB inside the
+     * receive that fills it). */
+    mpri_tensor_block_t *b = mpri_host_alloc(total);
     if (!b) {
         mpr_error_set(MPR_ERR_NOMEM, "out of memory for a block of %u tensors (%zu bytes)", nstorages,
                       data_bytes);
         return NULL;
     }
     atomic_init(&b->refcount, 1);
+    b->total_bytes = total;
     b->data_bytes = data_bytes;
     b->data = (uint8_t *)b + data_at;
     b->tensors = (mpr_tensor_t *)((uint8_t *)b + tensors_at);
@@ -66,9 +72,13 @@ mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, si
     s->nbytes = nbytes;
     s->device = -1;
     s->block = b;
-    atomic_fetch_add_explicit(&b->refcount, 1, memory_order_relaxed);
+    /* Carving happens on the creating thread before any carved tensor is
+     * shared (mpri_tensor.h): no other thread touches the count yet. */
+    atomic_store_explicit(&b->refcount, atomic_load_explicit(&b->refcount, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     return mpri_tensor_init_whole(&b->tensors[index], true, s, dtype, ndim, shape);
 }
 void mpri_tensor_block_release(mpri_tensor_block_t *b) {
-    if (b && atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1) free(b);
+    if (b && atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1)
+        mpri_host_free(b, b->total_bytes);
 }

@@ -31,6 +31,7 @@
 #include "mpri_error.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
+#include "mpri_host_alloc.h"
 #include "mpri_runtime.h"
 #include "mpri_tensor.h"
 #include "mpri_tensor_batches.h"
@@ -132,7 +133,8 @@ typedef struct inflight {
     int dst;
     int64_t give_up_ns; /* 0: never */
     void *bytes;        /* the encoded message */
-    void *packed;       /* small tensors packed for their batches, or NULL */
+    void *packed;       /* small tensors packed for their batches (mpri_host_alloc), or NULL */
+    size_t packed_bytes;
     mpri_tensor_list_t tensors;
     struct inflight *next;
 } inflight_t;
@@ -153,7 +155,7 @@ long mpri_transport_sends_abandoned(void) { return atomic_load(&tx.abandoned_cou
 static void inflight_free(inflight_t *s) {
     free(s->reqs);
     free(s->bytes);
-    free(s->packed);
+    mpri_host_free(s->packed, s->packed_bytes);
     mpri_tensor_list_fini(&s->tensors);
     free(s);
 }
@@ -240,7 +242,8 @@ void mpri_transport_stop(void) {
 
 /* Hand the posted requests of `m` to the sends in flight (the encoded bytes
  * and the tensor references move there). false: out of memory. */
-static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_outmsg_t *m, void *packed) {
+static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_outmsg_t *m, void *packed,
+                  size_t packed_bytes) {
     inflight_t *s = malloc(sizeof *s);
     MPI_Request *copy = malloc(sizeof *copy * (size_t)n);
     if (!s || !copy) {
@@ -256,6 +259,7 @@ static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_ou
     size_t len;
     s->bytes = mpri_buf_steal(&m->wire, &len);
     s->packed = packed;
+    s->packed_bytes = packed_bytes;
     s->tensors = m->tensors;
     mpri_tensor_list_init(&m->tensors);
     atomic_fetch_add(&tx.active_count, 1);
@@ -415,7 +419,9 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     size_t pack_total = 0;
     for (uint32_t b = 0; b < nbatches; b++)
         pack_total += mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
-    uint8_t *packed = pack_total ? malloc(pack_total) : NULL;
+    /* From the host allocator: a buffer of 1 MiB or more comes back warm
+     * from its cache, not fresh pages to fault in while packing. */
+    uint8_t *packed = pack_total ? mpri_host_alloc(pack_total) : NULL;
     if (pack_total && !packed) {
         mpri_batch_scratch_fini(&scratch);
         if (reqs != stack_reqs) free(reqs);
@@ -446,8 +452,8 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     int flag = 1;
     if (posted) rc = MPI_Testall(posted, reqs, &flag, MPI_STATUSES_IGNORE);
     if (flag) {
-        free(packed);
-    } else if (!track(reqs, posted, dst, give_up_ns, m, packed)) {
+        mpri_host_free(packed, pack_total);
+    } else if (!track(reqs, posted, dst, give_up_ns, m, packed, pack_total)) {
         /* No memory to track it: the buffers must outlive MPI's use of them. */
         (void)mpri_buf_steal(&m->wire, &(size_t){0});
         mpri_tensor_list_init(&m->tensors); /* the references are kept for good */

@@ -9,7 +9,10 @@
  * entry that takes a value checks the magic, so a use after release aborts
  * with a message naming the value. Releasing a list frees its items with an
  * explicit work list, never by recursion, so any nesting depth is released
- * in constant stack. Every getter with an output sets it to NULL/zero first. */
+ * in constant stack. Every getter with an output sets it to NULL/zero first.
+ * A value in a slab (mpri_value.h) is poisoned like any other; its struct is
+ * freed with the slab, whose refcount is the number of its live values plus
+ * one while its decoder holds it. */
 #include "mpri_value.h"
 
 #include <stdarg.h>
@@ -194,6 +197,48 @@ typedef struct {
 
 static void destroy_recursive(mpr_value_t *v);
 
+struct mpri_value_slab {
+    atomic_long refcount; /* live values taken from it, + 1 until mpri_value_slab_done */
+    uint32_t cap, used;
+    mpr_value_t values[];
+};
+
+static void slab_drop(mpri_value_slab_t *s, long n) {
+    if (atomic_fetch_sub_explicit(&s->refcount, n, memory_order_acq_rel) == n) free(s);
+}
+
+mpri_value_slab_t *mpri_value_slab_create(uint32_t cap) {
+    mpri_value_slab_t *s = malloc(sizeof *s + (size_t)cap * sizeof s->values[0]);
+    if (!s) {
+        mpr_error_set(MPR_ERR_NOMEM, "value: out of memory for %u values", cap);
+        return NULL;
+    }
+    atomic_init(&s->refcount, 1);
+    s->cap = cap;
+    s->used = 0;
+    return s;
+}
+
+mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t) {
+    if (!s || s->used == s->cap) return mpr_value_new_tensor(t);
+    mpri_tensor_check_live(t, "decode");
+    mpr_value_t *v = &s->values[s->used++];
+    memset(v, 0, sizeof *v);
+    v->kind = MPR_VALUE_TENSOR;
+    v->magic = MPRI_VALUE_MAGIC;
+    v->slab = s;
+    atomic_init(&v->refcount, 1);
+    atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed); /* live: checked above */
+    v->u.tensor = t;
+    return v;
+}
+
+void mpri_value_slab_done(mpri_value_slab_t *s) {
+    /* No value of it died before (mpri_value.h): the count is exact. One
+     * atomic for all the values taken, minus the decoder's reference. */
+    if (s) slab_drop(s, 1 - (long)s->used);
+}
+
 /* Free `v`'s own resources and memory; a list's items whose last reference
  * this was go to `w` (or are destroyed recursively if `w` cannot grow). */
 static void destroy_one(mpr_value_t *v, worklist_t *w) {
@@ -227,7 +272,10 @@ static void destroy_one(mpr_value_t *v, worklist_t *w) {
     }
     v->magic = MPRI_VALUE_DEAD;
     memset(&v->u, 0, sizeof v->u);
-    mpri_quarantine_free(v);
+    if (v->slab)
+        slab_drop(v->slab, 1);
+    else
+        mpri_quarantine_free(v);
 }
 
 static void destroy_recursive(mpr_value_t *v) {

@@ -30,7 +30,8 @@
  *
  * Invariants: decoding never reads past the buffer, never recurses deeper
  * than MPRI_MAX_VALUE_DEPTH, never allocates more list slots than bytes
- * remain, and rejects unknown kinds and out-of-range tensor indices;
+ * remain (nor more slab values than tensor items could remain, or than the
+ * message has tensors), and rejects unknown kinds and out-of-range tensor indices;
  * descriptors are all validated (and their total checked against the
  * message limit) before any tensor storage is allocated; on any failure
  * everything decoded so far is released. */
@@ -64,6 +65,17 @@ static uint32_t slot_of(const mpr_tensor_t *t, uint32_t nslots) {
     return (uint32_t)(h >> 32) & (nslots - 1);
 }
 
+/* mpr_tensor_is_contiguous without its entry checks. */
+static bool contiguous(const mpr_tensor_t *t) {
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0) return true;
+        if (t->shape[i] != 1 && t->strides[i] != expect) return false;
+        expect *= t->shape[i];
+    }
+    return true;
+}
+
 /* Position of `t` in the list, or -1. */
 static int64_t tensor_list_find(const mpri_tensor_list_t *l, const mpr_tensor_t *t) {
     if (!l->nslots) {
@@ -77,11 +89,13 @@ static int64_t tensor_list_find(const mpri_tensor_list_t *l, const mpr_tensor_t 
     }
 }
 
-/* Make room in the index for one more entry (built once the list outgrows
- * the linear scan; doubled to stay at most half full). */
-static mpr_err_t tensor_list_reserve_index(mpri_tensor_list_t *l) {
-    if (l->len + 1 <= LINEAR_SCAN_MAX || (uint64_t)(l->len + 1) * 2 < l->nslots) return MPR_OK;
+/* Make room in the index for `more` more entries (built once the list
+ * outgrows the linear scan; grown by doubling to stay at most half full). */
+static mpr_err_t tensor_list_reserve_index(mpri_tensor_list_t *l, uint32_t more) {
+    uint64_t want = (uint64_t)l->len + more;
+    if (want <= LINEAR_SCAN_MAX || want * 2 < l->nslots) return MPR_OK;
     uint32_t nslots = l->nslots ? l->nslots * 2 : 64;
+    while ((uint64_t)nslots <= want * 2) nslots *= 2;
     uint32_t *slots = calloc(nslots, sizeof *slots);
     if (!slots) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
     for (uint32_t i = 0; i < l->len; i++) {
@@ -93,6 +107,23 @@ static mpr_err_t tensor_list_reserve_index(mpri_tensor_list_t *l) {
     l->slots = slots;
     l->nslots = nslots;
     return MPR_OK;
+}
+
+/* Room for `more` more tensors in the list and its index at once (a list
+ * value of many tensors), within the per-message limit. */
+static mpr_err_t tensor_list_reserve(mpri_tensor_list_t *l, uint32_t more) {
+    if (more > MPRI_MAX_TENSORS_PER_MESSAGE - l->len) more = MPRI_MAX_TENSORS_PER_MESSAGE - l->len;
+    if (l->len + more > l->cap) {
+        uint32_t cap = l->len + more;
+        mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
+        if (!items) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+        l->items = items;
+        const mpr_tensor_t **orig = realloc(l->orig, cap * sizeof *orig);
+        if (!orig) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+        l->orig = orig;
+        l->cap = cap;
+    }
+    return tensor_list_reserve_index(l, more);
 }
 
 static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index) {
@@ -130,9 +161,13 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
         l->orig = orig;
         l->cap = cap;
     }
-    mpr_err_t e = tensor_list_reserve_index(l);
+    mpr_err_t e = tensor_list_reserve_index(l, 1);
     if (e) return e;
-    mpr_tensor_t *c = device >= 0 ? mpri_tensor_wire_to_host(t) : mpr_tensor_contiguous(t);
+    mpr_tensor_t *c;
+    if (device < 0 && contiguous(t)) /* the common case, without the getters' checks (live: checked) */
+        atomic_fetch_add_explicit(&(c = t)->refcount, 1, memory_order_relaxed);
+    else
+        c = device >= 0 ? mpri_tensor_wire_to_host(t) : mpr_tensor_contiguous(t);
     if (!c) return mpr_last_error_code();
     l->items[l->len] = c;
     l->orig[l->len] = t;
@@ -182,6 +217,11 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
         if (v->u.list.len > UINT32_MAX)
             return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: list too long");
         mpri_buf_put_u32(out, (uint32_t)v->u.list.len);
+        /* A list of tensors (its first item one): room for all at once. */
+        if (v->u.list.len > LINEAR_SCAN_MAX && v->u.list.items[0] && v->u.list.items[0]->kind == MPR_VALUE_TENSOR) {
+            mpr_err_t e = tensor_list_reserve(tensors, (uint32_t)(v->u.list.len < UINT32_MAX ? v->u.list.len : UINT32_MAX));
+            if (e) return e;
+        }
         for (size_t i = 0; i < v->u.list.len; i++) {
             mpr_err_t e = encode_rec(v->u.list.items[i], out, tensors, dst_rank, depth + 1);
             if (e) return e;
@@ -253,14 +293,19 @@ static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bo
     return MPR_OK;
 }
 
-/* A validated descriptor. */
+/* A validated descriptor: 24 bytes, its shape left in the message (a
+ * message may describe 65536 tensors). */
 typedef struct desc {
+    uint64_t nbytes;
+    const uint8_t *shape_at; /* ndim i64 sizes, unaligned, inside the message */
     uint8_t dtype, ndim;
     bool requires_grad;
-    int device;
-    int64_t shape[MPR_MAX_DIMS];
-    uint64_t nbytes;
+    int16_t device;
 } desc_t;
+
+static void desc_shape(const desc_t *d, int64_t *shape) {
+    memcpy(shape, d->shape_at, sizeof(int64_t) * d->ndim);
+}
 
 static void release_made(mpr_tensor_t **out, uint32_t made) {
     for (uint32_t i = 0; i < made; i++) {
@@ -285,7 +330,9 @@ static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t 
     for (uint32_t i = first; i < end; i++) {
         size_t align = mpr_dtype_size(descs[i].dtype);
         at = (at + align - 1) / align * align;
-        out[i] = mpri_tensor_block_carve(block, i - first, at, descs[i].dtype, descs[i].ndim, descs[i].shape);
+        int64_t shape[MPR_MAX_DIMS];
+        desc_shape(&descs[i], shape);
+        out[i] = mpri_tensor_block_carve(block, i - first, at, descs[i].dtype, descs[i].ndim, shape);
         if (!out[i]) {
             e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
             release_made(out + first, i - first);
@@ -309,11 +356,15 @@ mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor
     if (!descs) return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor descriptors", count);
     for (uint32_t i = 0; i < count; i++) {
         desc_t *d = &descs[i];
-        mpr_err_t e = read_desc(in, i, &d->dtype, &d->requires_grad, &d->device, &d->ndim, d->shape, &d->nbytes);
+        int64_t shape[MPR_MAX_DIMS];
+        int device;
+        mpr_err_t e = read_desc(in, i, &d->dtype, &d->requires_grad, &device, &d->ndim, shape, &d->nbytes);
         if (e) {
             free(descs);
             return e;
         }
+        d->device = (int16_t)device;
+        d->shape_at = in->p - sizeof(int64_t) * d->ndim; /* read_desc read the shape last */
         total += d->nbytes; /* <= 65536 * 2 GiB: no overflow */
         on_device += d->device >= 0;
     }
@@ -345,7 +396,9 @@ mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor
         uint32_t end = made + 1;
         while (end < count && !mpri_batch_planner_next(&plan, descs[end].nbytes)) end++;
         if (end - made == 1) {
-            out[made] = mpr_tensor_empty(descs[made].dtype, descs[made].ndim, descs[made].shape);
+            int64_t shape[MPR_MAX_DIMS];
+            desc_shape(&descs[made], shape);
+            out[made] = mpr_tensor_empty(descs[made].dtype, descs[made].ndim, shape);
             if (!out[made]) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
         } else {
             e = make_batch_block(descs, made, end, out);
@@ -396,8 +449,12 @@ mpr_err_t mpri_tensor_placement_apply(mpri_tensor_placement_t *placement, mpr_te
     return MPR_OK;
 }
 
+/* Bytes of a tensor item on the wire (kind + index): a slab for the tensor
+ * items left in a list never has more slots than the bytes left allow. */
+#define TENSOR_ITEM_BYTES 5
+
 static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
-                            int src_rank, int depth, mpr_value_t **out) {
+                            int src_rank, int depth, mpri_value_slab_t *slab, mpr_value_t **out) {
     if (depth > MPRI_MAX_VALUE_DEPTH)
         return mpr_error_set(MPR_ERR_DECODE, "value nested deeper than %d", MPRI_MAX_VALUE_DEPTH);
     uint8_t kind;
@@ -442,7 +499,7 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
         if (index >= ntensors)
             return mpr_error_set(MPR_ERR_DECODE, "tensor index %u out of range (%u tensors)", index,
                                  ntensors);
-        v = mpr_value_new_tensor(tensors[index]);
+        v = mpri_value_slab_new_tensor(slab, tensors[index]);
         break;
     }
     case MPR_VALUE_WORKER: {
@@ -473,14 +530,27 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
             }
             v->u.list.cap = count;
         }
+        /* The tensor items' values share one slab, made at the first one
+         * when at least two items are left (mpri_value.h). */
+        mpri_value_slab_t *items_slab = NULL;
         for (uint32_t i = 0; i < count; i++) {
             mpr_value_t *item;
-            if ((e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, &item))) {
+            if (!items_slab && count - i >= 2 && in->left >= 2 * TENSOR_ITEM_BYTES &&
+                in->p[0] == MPR_VALUE_TENSOR) {
+                size_t room = in->left / TENSOR_ITEM_BYTES; /* tensor items left at most */
+                if (room > count - i) room = count - i;
+                if (room > ntensors) room = ntensors; /* more are repeats: from the heap */
+                items_slab = mpri_value_slab_create((uint32_t)room);
+                if (!items_slab) e = mpr_last_error_code();
+            }
+            if (e || (e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, items_slab, &item))) {
+                mpri_value_slab_done(items_slab); /* before any of its values dies */
                 mpr_value_release(v);
                 return e;
             }
             v->u.list.items[v->u.list.len++] = item;
         }
+        mpri_value_slab_done(items_slab);
         break;
     }
     case MPR_VALUE_RREF:
@@ -504,5 +574,5 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
 
 mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
                             int src_rank, mpr_value_t **out) {
-    return decode_rec(in, tensors, ntensors, src_rank, 0, out);
+    return decode_rec(in, tensors, ntensors, src_rank, 0, NULL, out);
 }

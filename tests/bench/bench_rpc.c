@@ -12,7 +12,21 @@
  * to raw MPI. Rank 0 prints. --lists runs only the list and model lines
  * (tests/bench/param_echo_vs_torch.sh alternates them with PyTorch's RPC);
  * --rpc only the MPI ping-pong, rpc_sync no-op and pipelined lines
- * (tests/bench/trace_cost.sh alternates them with tracing off and on). */
+ * (tests/bench/trace_cost.sh alternates them with tracing off and on).
+ * --list COUNTxBYTES [--reps N]: only that list echo (N timed echoes; for
+ * perf record).
+ * --pack: raw MPI only, the crossover that MPRI_BATCH_PACK_MAX_AVG sets: a
+ * batch of 1 MiB of tensors of 256 B .. 60 KiB, each in its own allocation,
+ * echoed with the sender packing it (memcpy into a fresh buffer, as
+ * transport.c does) or describing it with an hindexed datatype (built,
+ * committed and freed per send, as tensor_batches.c does); the receiver
+ * takes it into one contiguous buffer (a tensor block) either way.
+ * --mem: the receiver's peak memory for a list: rank 1's peak RSS growth
+ * (VmHWM after the call minus VmRSS before it, peak reset through
+ * /proc/self/clear_refs) while it receives lists of 16384 x 4 KiB, 65536 x
+ * 256 B and 65536 x 16 B through a function that returns only their length,
+ * next to the payload; first in a fresh process so freed memory of earlier
+ * lines does not hide the growth. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +126,146 @@ static mpr_err_t fn_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value
     return *result ? MPR_OK : mpr_last_error_code();
 }
 
+/* A status line of /proc/self/status in KiB (VmRSS, VmHWM); -1 if absent. */
+static long proc_status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kib = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kib = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kib;
+}
+
+/* --mem: reset the peak RSS to the current RSS, return the current RSS. */
+static mpr_err_t fn_mem_reset(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f); /* 5: reset the peak RSS (Linux >= 4.0) */
+        fclose(f);
+    }
+    *result = mpr_value_new_int(proc_status_kib("VmRSS"));
+    return MPR_OK;
+}
+
+static mpr_err_t fn_mem_peak(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    *result = mpr_value_new_int(proc_status_kib("VmHWM"));
+    return MPR_OK;
+}
+
+static mpr_err_t fn_list_len(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    *result = mpr_value_new_int((int64_t)mpr_value_list_len(mpr_value_list_get(args, 0)));
+    return MPR_OK;
+}
+
+static int64_t call_int(const char *fn, mpr_value_t *args) {
+    mpr_value_t *r;
+    mpr_err_t e = mpr_rpc_sync(mpr_to_rank(1), fn, args, 0, &r);
+    if (e) die(fn, e);
+    int64_t v = 0;
+    if ((e = mpr_value_get_int(r, &v))) die(fn, e);
+    mpr_value_release(r);
+    return v;
+}
+
+/* --mem: rank 1's peak RSS growth while it receives a list of `count`
+ * tensors of `bytes` each (rank 0 prints). */
+static void list_memory(int count, int bytes) {
+    mpr_value_t *list = mpr_value_new_list();
+    int64_t shape[1] = {bytes};
+    for (int i = 0; i < count; i++) {
+        mpr_tensor_t *x = mpr_tensor_empty(MPR_U8, 1, shape);
+        memset(mpr_tensor_data(x), i, (size_t)bytes);
+        mpr_value_list_append(list, mpr_value_new_tensor(x));
+        mpr_tensor_release(x);
+    }
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_retain(list));
+    int64_t rss_kib = call_int("mem_reset", NULL);
+    if (call_int("list_len", args) != count) die("list_len", MPR_ERR_DECODE);
+    int64_t peak_kib = call_int("mem_peak", NULL);
+    double payload = (double)count * bytes, grew = (double)(peak_kib - rss_kib) * 1024;
+    printf("{\"name\":\"list_recv_memory\",\"tensors\":%d,\"bytes_each\":%d,\"payload_bytes\":%.0f,"
+           "\"peak_rss_growth_bytes\":%.0f,\"ratio_vs_payload\":%.2f,\"bytes_per_tensor_over_payload\":%.0f}\n",
+           count, bytes, payload, grew, grew / payload, (grew - payload) / count);
+    fflush(stdout);
+    mpr_value_release(args);
+    mpr_value_release(list);
+}
+
+/* --pack: one batch of `k` tensors of `bytes` each, sent to `peer` packed
+ * (memcpy into a fresh buffer), through an hindexed datatype, or (method 2)
+ * from one contiguous buffer; received into one contiguous buffer. */
+static void batch_send(int method, char **parts, int k, int bytes, int peer) {
+    if (method == 0) {
+        char *pack = malloc((size_t)k * bytes);
+        for (int i = 0; i < k; i++) memcpy(pack + (size_t)i * bytes, parts[i], (size_t)bytes);
+        MPI_Send(pack, k * bytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+        free(pack);
+    } else if (method == 1) {
+        int *lens = malloc(sizeof *lens * (size_t)k);
+        MPI_Aint *displs = malloc(sizeof *displs * (size_t)k);
+        for (int i = 0; i < k; i++) {
+            lens[i] = bytes;
+            MPI_Get_address(parts[i], &displs[i]);
+        }
+        MPI_Datatype type;
+        MPI_Type_create_hindexed(k, lens, displs, MPI_BYTE, &type);
+        MPI_Type_commit(&type);
+        MPI_Send(MPI_BOTTOM, 1, type, peer, 1, MPI_COMM_WORLD);
+        MPI_Type_free(&type);
+        free(lens);
+        free(displs);
+    } else {
+        MPI_Send(parts[k], k * bytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    }
+}
+
+static void pack_crossover(int quick) {
+    static const int each[] = {256, 1024, 4096, 8192, 16384, 32768, 61440};
+    const int total = 1 << 20, reps = quick ? 30 : 200;
+    for (size_t s = 0; s < sizeof each / sizeof each[0]; s++) {
+        int bytes = each[s], k = total / bytes;
+        char **parts = malloc(sizeof *parts * (size_t)(k + 1));
+        for (int i = 0; i < k; i++) { /* separate allocations, as separate storages */
+            parts[i] = aligned_alloc(64, ((size_t)bytes + 63) / 64 * 64);
+            memset(parts[i], i, (size_t)bytes);
+        }
+        parts[k] = malloc((size_t)k * bytes); /* the receive buffer (and method 2's send) */
+        double med[3];
+        double *t = malloc(sizeof *t * (size_t)reps);
+        for (int round = 0; round < 2; round++) /* methods alternate, twice; the second counts */
+            for (int m = 0; m < 3; m++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                for (int i = -3; i < reps; i++) {
+                    double t0 = MPI_Wtime();
+                    if (rank == 0) {
+                        batch_send(m, parts, k, bytes, 1);
+                        MPI_Recv(parts[k], k * bytes, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    } else if (rank == 1) {
+                        MPI_Recv(parts[k], k * bytes, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        batch_send(m, parts, k, bytes, 0);
+                    }
+                    if (i >= 0) t[i] = MPI_Wtime() - t0;
+                }
+                med[m] = percentile(t, reps, 0.5);
+            }
+        if (rank == 0) {
+            printf("{\"name\":\"batch_pack_crossover\",\"bytes_each\":%d,\"tensors\":%d,\"pack_us\":%.3f,"
+                   "\"hindexed_us\":%.3f,\"contiguous_us\":%.3f,\"hindexed_over_pack\":%.2f}\n",
+                   bytes, k, med[0] * 1e6, med[1] * 1e6, med[2] * 1e6, med[1] / med[0]);
+            fflush(stdout);
+        }
+        free(t);
+        for (int i = 0; i <= k; i++) free(parts[i]);
+        free(parts);
+    }
+}
+
 /* Raw MPI round trip of `bytes` between ranks 0 and 1; median seconds. */
 static double mpi_round_trip(char *buf, int bytes, int reps) {
     double *t = malloc(sizeof *t * (size_t)reps);
@@ -151,11 +305,24 @@ static double cpu_seconds(void) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, lists_only = 0, rpc_only = 0;
+    int quick = 0, lists_only = 0, rpc_only = 0, pack_only = 0, mem_only = 0, one_count = 0, one_bytes = 0,
+        list_reps = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--lists") == 0) lists_only = 1;
         else if (strcmp(argv[i], "--rpc") == 0) rpc_only = 1;
+        else if (strcmp(argv[i], "--pack") == 0) pack_only = 1;
+        else if (strcmp(argv[i], "--mem") == 0) mem_only = 1;
+        else if (strcmp(argv[i], "--list") == 0 && i + 1 < argc &&
+                 sscanf(argv[++i], "%dx%d", &one_count, &one_bytes) == 2 && one_count > 0 && one_bytes > 0)
+            lists_only = 1;
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && (list_reps = atoi(argv[++i])) > 0)
+            ;
+        else {
+            fprintf(stderr, "usage: mpirun -np 2 bench_rpc [--quick] [--lists | --rpc | --pack | --mem | "
+                            "--list COUNTxBYTES [--reps N]]\n");
+            return 2;
+        }
     }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -166,13 +333,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_rpc: run with mpirun -np 2\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    if (pack_only) {
+        pack_crossover(quick);
+        MPI_Finalize();
+        return 0;
+    }
     static const int sizes[] = {1 << 10, 1 << 20, 16 << 20, 64 << 20};
     enum { NSIZES = 4 };
     double mpi_echo_s[NSIZES];
     /* lists of many small tensors: count x bytes each */
-    static const int list_counts[] = {256, 4096}, list_bytes[] = {1 << 10, 256};
-    enum { NLISTS = 2 };
-    double mpi_list_s[NLISTS], list_s[NLISTS];
+    int list_counts[] = {256, 4096}, list_bytes[] = {1 << 10, 256};
+    int NLISTS = 2;
+    if (one_count) {
+        list_counts[0] = one_count;
+        list_bytes[0] = one_bytes;
+        NLISTS = 1;
+    }
+    if (!list_reps) list_reps = quick ? 20 : 200;
+    double mpi_list_s[2], list_s[2];
     param_shape_t model[RESNET18_TENSORS];
     int model_n = resnet18_shapes(model);
     int64_t model_bytes = 0;
@@ -180,6 +358,25 @@ int main(int argc, char **argv) {
     int model_reps = quick ? 5 : 20;
     char *buf = malloc(64 << 20);
     memset(buf, 1, 64 << 20);
+    if (mem_only) {
+        mpr_err_t e;
+        if ((e = mpr_register_function("mem_reset", fn_mem_reset, NULL)) ||
+            (e = mpr_register_function("mem_peak", fn_mem_peak, NULL)) ||
+            (e = mpr_register_function("list_len", fn_list_len, NULL)) || (e = mpr_init(NULL)))
+            die("mpr_init", e);
+        sleepy_barrier();
+        if (rank == 0) {
+            list_memory(16384, 4096);
+            list_memory(65536, 256);
+            list_memory(65536, 16);
+        }
+        sleepy_barrier();
+        free(buf);
+        if ((e = mpr_shutdown(true))) die("shutdown", e);
+        mpr_registry_clear();
+        MPI_Finalize();
+        return 0;
+    }
 
     /* ---- raw MPI, before mpirpc starts (nothing else polls) ---- */
     double mpi_pp = 0;
@@ -190,7 +387,7 @@ int main(int argc, char **argv) {
     }
     for (int l = 0; !rpc_only && l < NLISTS; l++)
         mpi_list_s[l] = mpi_round_trip(buf, list_counts[l] * list_bytes[l], quick ? 50 : 500);
-    double mpi_model_s = rpc_only ? 0 : mpi_round_trip(buf, (int)model_bytes, model_reps);
+    double mpi_model_s = rpc_only || one_count ? 0 : mpi_round_trip(buf, (int)model_bytes, model_reps);
     if (rank == 0 && !lists_only) {
         printf("{\"name\":\"mpi_pingpong\",\"bytes\":8,\"median_us\":%.3f}\n", mpi_pp * 1e6);
         for (int s = 0; !rpc_only && s < NSIZES; s++)
@@ -280,7 +477,7 @@ int main(int argc, char **argv) {
                 mpr_value_list_append(list, mpr_value_new_tensor(x));
                 mpr_tensor_release(x);
             }
-            list_s[l] = echo_list(list, (size_t)list_counts[l], quick ? 20 : 200);
+            list_s[l] = echo_list(list, (size_t)list_counts[l], list_reps);
             mpr_value_release(list);
             printf("{\"name\":\"tensor_list_echo\",\"tensors\":%d,\"bytes_each\":%d,\"median_us\":%.3f,"
                    "\"mpi_echo_same_bytes_us\":%.3f,\"ratio_vs_mpi\":%.2f}\n",
@@ -288,18 +485,19 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         /* A real model's parameters, as a parameter server sends them. */
-        mpr_value_t *list = mpr_value_new_list();
-        for (int i = 0; i < model_n; i++) {
+        mpr_value_t *list = one_count ? NULL : mpr_value_new_list();
+        for (int i = 0; list && i < model_n; i++) {
             mpr_tensor_t *x = mpr_tensor_empty(MPR_F32, model[i].ndim, model[i].shape);
             memset(mpr_tensor_data(x), 1, mpr_tensor_nbytes(x));
             mpr_value_list_append(list, mpr_value_new_tensor(x));
             mpr_tensor_release(x);
         }
-        double model_s = echo_list(list, (size_t)model_n, model_reps);
+        double model_s = list ? echo_list(list, (size_t)model_n, model_reps) : 0;
         mpr_value_release(list);
-        printf("{\"name\":\"param_list_echo\",\"model\":\"resnet18\",\"tensors\":%d,\"bytes\":%lld,"
-               "\"median_us\":%.3f,\"mpi_echo_same_bytes_us\":%.3f,\"ratio_vs_mpi\":%.2f}\n",
-               model_n, (long long)model_bytes, model_s * 1e6, mpi_model_s * 1e6, model_s / mpi_model_s);
+        if (!one_count)
+            printf("{\"name\":\"param_list_echo\",\"model\":\"resnet18\",\"tensors\":%d,\"bytes\":%lld,"
+                   "\"median_us\":%.3f,\"mpi_echo_same_bytes_us\":%.3f,\"ratio_vs_mpi\":%.2f}\n",
+                   model_n, (long long)model_bytes, model_s * 1e6, mpi_model_s * 1e6, model_s / mpi_model_s);
         fflush(stdout);
     }
     sleepy_barrier(); /* the other ranks wait here without spinning */

@@ -81,6 +81,23 @@ int main(int argc, char **argv) {
     value_msg("worker", mpr_value_new_worker(&w));
     value_msg("list", mpr_value_list_of(4, mpr_value_new_tensor(t), mpr_value_new_tensor(u),
                                         mpr_value_list_of(1, mpr_value_new_tensor(t)), mpr_value_new_string("x")));
+    /* A parameter list: 40 small tensors of mixed dtypes (one batch, gaps
+     * for alignment; past the encoder's linear de-duplication), named twice
+     * at the end, and a nested list: the decoder's tensor blocks and value
+     * slabs (value.c). */
+    mpr_value_t *params = mpr_value_new_list();
+    mpr_tensor_t *ps[40];
+    static const mpr_dtype_t kinds[4] = {MPR_U8, MPR_F32, MPR_I64, MPR_F64};
+    for (int i = 0; i < 40; i++) {
+        int64_t len[1] = {1 + i % 7};
+        ps[i] = mpr_tensor_empty(kinds[i % 4], 1, len);
+        memset(mpr_tensor_data(ps[i]), i, mpr_tensor_nbytes(ps[i]));
+        mpr_value_list_append(params, mpr_value_new_tensor(ps[i]));
+    }
+    mpr_value_list_append(params, mpr_value_new_tensor(ps[3]));
+    mpr_value_list_append(params, mpr_value_list_of(2, mpr_value_new_tensor(ps[5]), mpr_value_new_int(7)));
+    value_msg("tensor_list", params);
+    for (int i = 0; i < 40; i++) mpr_tensor_release(ps[i]);
 
     /* RRef values: written by hand (encoding one needs a running runtime).
      * gid rref id, i32 owner, gid fork id; the fuzz world is rank 0 of 4. */

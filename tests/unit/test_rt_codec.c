@@ -36,7 +36,8 @@ static mpr_value_t *round_trip(const mpr_value_t *v) {
     mpri_tensor_list_init(&tl);
     assert_int_equal(mpri_value_encode(v, &buf, &tl, 0), MPR_OK);
     mpri_tensor_descs_encode(&tl, &descs);
-    mpr_tensor_t *recv[16] = {0};
+    mpr_tensor_t *recv[32] = {0};
+    assert_true(tl.len <= 32);
     mpri_reader_t dr;
     mpri_reader_init(&dr, descs.data, descs.len);
     assert_int_equal(mpri_tensor_descs_decode(&dr, tl.len, recv, &placement), MPR_OK);
@@ -621,6 +622,65 @@ static void test_small_tensors_share_a_block(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live0);
 }
 
+/* The tensor items of a decoded list share one slab of value structs
+ * (value.c): distinct tensors' items come from it, repeats beyond the
+ * message's tensor count and one-item lists from the heap; each value is
+ * released on its own, in any order, and one that outlives its list keeps
+ * working (ASan and the live count check the slab goes with the last). A
+ * decode that fails partway releases the slab's values. */
+static void test_tensor_values_share_a_slab(void **state) {
+    (void)state;
+    int64_t live0 = mpr_tensor_live_count();
+    enum { N = 20 };
+    mpr_tensor_t *ts[N];
+    mpr_value_t *list = mpr_value_new_list();
+    for (int i = 0; i < N; i++) {
+        int64_t len = 1 + i % 5;
+        ts[i] = make_tensor(MPR_F32, 1, &len);
+        assert_int_equal(mpr_value_list_append(list, mpr_value_new_tensor(ts[i])), MPR_OK);
+    }
+    for (int i = 0; i < 3; i++) assert_int_equal(mpr_value_list_append(list, mpr_value_new_tensor(ts[0])), MPR_OK);
+    assert_int_equal(mpr_value_list_append(list, mpr_value_list_of(1, mpr_value_new_tensor(ts[1]))), MPR_OK);
+    assert_int_equal(mpr_value_list_append(list, mpr_value_new_int(9)), MPR_OK);
+    mpr_value_t *out = round_trip(list);
+    assert_int_equal(mpr_value_list_len(out), N + 5);
+    const mpr_value_t *first = mpr_value_list_get(out, 0);
+    assert_non_null(first->slab);
+    for (int i = 0; i < N; i++) assert_ptr_equal(mpr_value_list_get(out, (size_t)i)->slab, first->slab);
+    for (int i = N; i < N + 3; i++) assert_null(mpr_value_list_get(out, (size_t)i)->slab); /* repeats */
+    assert_null(mpr_value_list_get(mpr_value_list_get(out, N + 3), 0)->slab);           /* one item */
+    assert_true(mpr_value_equal(out, list));
+    /* Items outliving the list, released after it in any order. */
+    mpr_value_t *keep5 = mpr_value_retain(mpr_value_list_get(out, 5));
+    mpr_value_t *keep21 = mpr_value_retain(mpr_value_list_get(out, 21));
+    mpr_value_t *keep0 = mpr_value_retain(mpr_value_list_get(out, 0));
+    mpr_value_release(out);
+    mpr_tensor_t *t5 = NULL;
+    assert_int_equal(mpr_value_get_tensor(keep5, &t5), MPR_OK);
+    assert_memory_equal(mpr_tensor_data(t5), mpr_tensor_data(ts[5]), mpr_tensor_nbytes(ts[5]));
+    mpr_value_release(keep0);
+    mpr_value_release(keep21);
+    mpr_value_release(keep5);
+    /* A list whose third tensor item is out of range: nothing leaks. */
+    uint8_t bad[1 + 4 + 3 * 5];
+    bad[0] = MPR_VALUE_LIST;
+    uint32_t three = 3;
+    memcpy(bad + 1, &three, 4);
+    const uint32_t idx[3] = {0, 1, 99};
+    for (int i = 0; i < 3; i++) {
+        bad[5 + 5 * i] = MPR_VALUE_TENSOR;
+        memcpy(bad + 6 + 5 * i, &idx[i], 4);
+    }
+    mpri_reader_t r;
+    mpri_reader_init(&r, bad, sizeof bad);
+    mpr_value_t *v = NULL;
+    assert_int_equal(mpri_value_decode(&r, ts, 2, 0, &v), MPR_ERR_DECODE);
+    assert_null(v);
+    for (int i = 0; i < N; i++) mpr_tensor_release(ts[i]);
+    mpr_value_release(list);
+    assert_int_equal(mpr_tensor_live_count(), live0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars_round_trip),
@@ -636,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_batch_plan),
         cmocka_unit_test(test_device_descriptor),
         cmocka_unit_test(test_small_tensors_share_a_block),
+        cmocka_unit_test(test_tensor_values_share_a_slab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
