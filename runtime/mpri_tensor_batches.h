@@ -32,10 +32,15 @@
 #define MPRI_BATCH_ALONE_BYTES ((size_t)64 << 10)
 #define MPRI_BATCH_MAX_BYTES ((size_t)16 << 20)
 /* Batches of small tensors averaging at most this many bytes are packed
- * (memcpy) rather than described by an hindexed datatype. A guess, not yet
- * measured: bench_rpc's lists (256 B, 1 KiB) pack, runs of 60 KiB tensors
- * do not; the crossover is still to be measured (issue #20). */
-#define MPRI_BATCH_PACK_MAX_AVG ((size_t)16 << 10)
+ * (memcpy) rather than described by an hindexed datatype. Measured with
+ * `bench_rpc --pack` (Open MPI 4.1 vader, 2 ranks, batches of 256 KiB and
+ * 1 MiB, each tensor its own allocation, methods alternating round trip by
+ * round trip; 2026-11-24, loaded machine): the datatype costs 2.4-11x the
+ * packed send for 16 and 64 B tensors, 1.1-1.3x for 256 B, 1.1-3x for 1 KiB,
+ * but 0.24-0.69x from 4 KiB up (Open MPI then pipelines the pieces through
+ * shared memory, while the packed buffer pays the memcpy and then the
+ * single-copy path). The crossover lies between 1 and 4 KiB. */
+#define MPRI_BATCH_PACK_MAX_AVG ((size_t)2 << 10)
 
 /* The plan, one tensor at a time: true when a tensor of `nbytes` starts a
  * new batch. Start from a zeroed planner. */

@@ -223,6 +223,16 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
             if (e) return e;
         }
         for (size_t i = 0; i < v->u.list.len; i++) {
+            /* The items, their tensors and storages are scattered
+             * allocations: ask for them a few items ahead (a list of
+             * thousands of parameters otherwise waits on each in turn). */
+            mpr_value_t *const *items = v->u.list.items;
+            if (i + 8 < v->u.list.len) __builtin_prefetch(items[i + 8]);
+            if (i + 4 < v->u.list.len && items[i + 4] && items[i + 4]->kind == MPR_VALUE_TENSOR)
+                __builtin_prefetch(items[i + 4]->u.tensor);
+            if (i + 2 < v->u.list.len && items[i + 2] && items[i + 2]->kind == MPR_VALUE_TENSOR &&
+                items[i + 2]->u.tensor)
+                __builtin_prefetch(items[i + 2]->u.tensor->storage);
             mpr_err_t e = encode_rec(v->u.list.items[i], out, tensors, dst_rank, depth + 1);
             if (e) return e;
         }

@@ -16,11 +16,12 @@
  * --list COUNTxBYTES [--reps N]: only that list echo (N timed echoes; for
  * perf record).
  * --pack: raw MPI only, the crossover that MPRI_BATCH_PACK_MAX_AVG sets: a
- * batch of 1 MiB of tensors of 256 B .. 60 KiB, each in its own allocation,
+ * batch of 256 KiB or 1 MiB of tensors of 16 B .. 60 KiB, each in its own allocation,
  * echoed with the sender packing it (memcpy into a fresh buffer, as
  * transport.c does) or describing it with an hindexed datatype (built,
  * committed and freed per send, as tensor_batches.c does); the receiver
- * takes it into one contiguous buffer (a tensor block) either way.
+ * takes it into one contiguous buffer (a tensor block) either way; the
+ * methods take turns round trip by round trip.
  * --mem: the receiver's peak memory for a list: rank 1's peak RSS growth
  * (VmHWM after the call minus VmRSS before it, peak reset through
  * /proc/self/clear_refs) while it receives lists of 16384 x 4 KiB, 65536 x
@@ -198,14 +199,16 @@ static void list_memory(int count, int bytes) {
 }
 
 /* --pack: one batch of `k` tensors of `bytes` each, sent to `peer` packed
- * (memcpy into a fresh buffer), through an hindexed datatype, or (method 2)
- * from one contiguous buffer; received into one contiguous buffer. */
-static void batch_send(int method, char **parts, int k, int bytes, int peer) {
-    if (method == 0) {
-        char *pack = malloc((size_t)k * bytes);
-        for (int i = 0; i < k; i++) memcpy(pack + (size_t)i * bytes, parts[i], (size_t)bytes);
-        MPI_Send(pack, k * bytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-        free(pack);
+ * (memcpy into `pack`, a buffer kept warm as mpri_host_alloc's cache keeps
+ * it: method 0; into a fresh malloc: method 3), through an hindexed datatype
+ * (1), or from one contiguous buffer (2); received into one contiguous
+ * buffer. */
+static void batch_send(int method, char **parts, int k, int bytes, int peer, char *pack) {
+    if (method == 0 || method == 3) {
+        char *to = method == 3 ? calloc((size_t)k, (size_t)bytes) : pack; /* calloc: as fresh, no memset */
+        for (int i = 0; i < k; i++) memcpy(to + (size_t)i * bytes, parts[i], (size_t)bytes);
+        MPI_Send(to, k * bytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+        if (method == 3) free(to);
     } else if (method == 1) {
         int *lens = malloc(sizeof *lens * (size_t)k);
         MPI_Aint *displs = malloc(sizeof *displs * (size_t)k);
@@ -226,41 +229,45 @@ static void batch_send(int method, char **parts, int k, int bytes, int peer) {
 }
 
 static void pack_crossover(int quick) {
-    static const int each[] = {256, 1024, 4096, 8192, 16384, 32768, 61440};
-    const int total = 1 << 20, reps = quick ? 30 : 200;
-    for (size_t s = 0; s < sizeof each / sizeof each[0]; s++) {
-        int bytes = each[s], k = total / bytes;
+    static const int each[] = {16, 64, 256, 1024, 4096, 16384, 61440};
+    const int reps = quick ? 30 : 200;
+    for (size_t s = 0; s < 2 * sizeof each / sizeof each[0]; s++) {
+        int total = s % 2 ? 1 << 20 : 256 << 10, bytes = each[s / 2], k = total / bytes;
         char **parts = malloc(sizeof *parts * (size_t)(k + 1));
         for (int i = 0; i < k; i++) { /* separate allocations, as separate storages */
             parts[i] = aligned_alloc(64, ((size_t)bytes + 63) / 64 * 64);
             memset(parts[i], i, (size_t)bytes);
         }
         parts[k] = malloc((size_t)k * bytes); /* the receive buffer (and method 2's send) */
-        double med[3];
-        double *t = malloc(sizeof *t * (size_t)reps);
-        for (int round = 0; round < 2; round++) /* methods alternate, twice; the second counts */
-            for (int m = 0; m < 3; m++) {
-                MPI_Barrier(MPI_COMM_WORLD);
-                for (int i = -3; i < reps; i++) {
-                    double t0 = MPI_Wtime();
-                    if (rank == 0) {
-                        batch_send(m, parts, k, bytes, 1);
-                        MPI_Recv(parts[k], k * bytes, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                    } else if (rank == 1) {
-                        MPI_Recv(parts[k], k * bytes, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                        batch_send(m, parts, k, bytes, 0);
-                    }
-                    if (i >= 0) t[i] = MPI_Wtime() - t0;
+        char *pack = malloc((size_t)k * bytes);
+        memset(pack, 0, (size_t)k * bytes);
+        double med[4];
+        double *t = malloc(sizeof *t * 4 * (size_t)reps);
+        MPI_Barrier(MPI_COMM_WORLD);
+        /* The methods take turns round trip by round trip: a loaded
+         * machine's slow spells hit them alike. */
+        for (int i = -3; i < reps; i++)
+            for (int m = 0; m < 4; m++) {
+                double t0 = MPI_Wtime();
+                if (rank == 0) {
+                    batch_send(m, parts, k, bytes, 1, pack);
+                    MPI_Recv(parts[k], k * bytes, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                } else if (rank == 1) {
+                    MPI_Recv(parts[k], k * bytes, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    batch_send(m, parts, k, bytes, 0, pack);
                 }
-                med[m] = percentile(t, reps, 0.5);
+                if (i >= 0) t[m * reps + i] = MPI_Wtime() - t0;
             }
+        for (int m = 0; m < 4; m++) med[m] = percentile(t + m * reps, reps, 0.5);
         if (rank == 0) {
             printf("{\"name\":\"batch_pack_crossover\",\"bytes_each\":%d,\"tensors\":%d,\"pack_us\":%.3f,"
-                   "\"hindexed_us\":%.3f,\"contiguous_us\":%.3f,\"hindexed_over_pack\":%.2f}\n",
-                   bytes, k, med[0] * 1e6, med[1] * 1e6, med[2] * 1e6, med[1] / med[0]);
+                   "\"hindexed_us\":%.3f,\"contiguous_us\":%.3f,\"pack_fresh_buffer_us\":%.3f,"
+                   "\"hindexed_over_pack\":%.2f}\n",
+                   bytes, k, med[0] * 1e6, med[1] * 1e6, med[2] * 1e6, med[3] * 1e6, med[1] / med[0]);
             fflush(stdout);
         }
         free(t);
+        free(pack);
         for (int i = 0; i <= k; i++) free(parts[i]);
         free(parts);
     }
