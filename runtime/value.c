@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "mpri_args.h"
+#include "mpri_host_alloc.h"
 #include "mpri_quarantine.h"
 #include "mpri_tensor.h"
 
@@ -203,12 +204,16 @@ struct mpri_value_slab {
     mpr_value_t values[];
 };
 
+static size_t slab_bytes(uint32_t cap) { return sizeof(mpri_value_slab_t) + (size_t)cap * sizeof(mpr_value_t); }
+
 static void slab_drop(mpri_value_slab_t *s, long n) {
-    if (atomic_fetch_sub_explicit(&s->refcount, n, memory_order_acq_rel) == n) free(s);
+    if (atomic_fetch_sub_explicit(&s->refcount, n, memory_order_acq_rel) == n) mpri_host_free(s, slab_bytes(s->cap));
 }
 
 mpri_value_slab_t *mpri_value_slab_create(uint32_t cap) {
-    mpri_value_slab_t *s = malloc(sizeof *s + (size_t)cap * sizeof s->values[0]);
+    /* From the host allocator: a slab of thousands of values (256 KiB for
+     * 4096) comes back warm from its cache instead of fresh pages. */
+    mpri_value_slab_t *s = mpri_host_alloc(slab_bytes(cap));
     if (!s) {
         mpr_error_set(MPR_ERR_NOMEM, "value: out of memory for %u values", cap);
         return NULL;
