@@ -28,6 +28,11 @@
  * undoes the forks its RRefs recorded; a failed buffer growth is reported
  * once at the end as MPR_ERR_NOMEM.
  *
+ * Decoding a list gives its tensor items' values one slab (value.c) made
+ * at the first tensor item, so a list of thousands of parameters costs one
+ * allocation for its values (the tensors themselves come in blocks per
+ * batch: tensor_block.c).
+ *
  * Invariants: decoding never reads past the buffer, never recurses deeper
  * than MPRI_MAX_VALUE_DEPTH, never allocates more list slots than bytes
  * remain (nor more slab values than tensor items could remain, or than the
