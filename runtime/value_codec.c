@@ -114,19 +114,26 @@ static mpr_err_t tensor_list_reserve_index(mpri_tensor_list_t *l, uint32_t more)
     return MPR_OK;
 }
 
+/* The list's arrays to `cap` entries (cap > l->cap); on failure the list
+ * is unchanged but for an array that already grew (still valid). */
+static mpr_err_t tensor_list_grow(mpri_tensor_list_t *l, uint32_t cap) {
+    mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
+    if (!items) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+    l->items = items;
+    const mpr_tensor_t **orig = realloc(l->orig, cap * sizeof *orig);
+    if (!orig) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+    l->orig = orig;
+    l->cap = cap;
+    return MPR_OK;
+}
+
 /* Room for `more` more tensors in the list and its index at once (a list
  * value of many tensors), within the per-message limit. */
 static mpr_err_t tensor_list_reserve(mpri_tensor_list_t *l, uint32_t more) {
     if (more > MPRI_MAX_TENSORS_PER_MESSAGE - l->len) more = MPRI_MAX_TENSORS_PER_MESSAGE - l->len;
     if (l->len + more > l->cap) {
-        uint32_t cap = l->len + more;
-        mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
-        if (!items) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
-        l->items = items;
-        const mpr_tensor_t **orig = realloc(l->orig, cap * sizeof *orig);
-        if (!orig) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
-        l->orig = orig;
-        l->cap = cap;
+        mpr_err_t e = tensor_list_grow(l, l->len + more);
+        if (e) return e;
     }
     return tensor_list_reserve_index(l, more);
 }
@@ -157,14 +164,8 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
                              "encode: tensors of one message exceed the 64 GiB limit (%llu + %zu bytes)",
                              (unsigned long long)l->total_bytes, nbytes);
     if (l->len == l->cap) {
-        uint32_t cap = l->cap ? l->cap * 2 : 4;
-        mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
-        if (!items) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
-        l->items = items;
-        const mpr_tensor_t **orig = realloc(l->orig, cap * sizeof *orig);
-        if (!orig) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
-        l->orig = orig;
-        l->cap = cap;
+        mpr_err_t e = tensor_list_grow(l, l->cap ? l->cap * 2 : 4);
+        if (e) return e;
     }
     mpr_err_t e = tensor_list_reserve_index(l, 1);
     if (e) return e;
