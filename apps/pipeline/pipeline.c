@@ -318,11 +318,15 @@ static void train(driver_t *d) {
     }
     if (paused_at != step) pause_work(d, true); /* stopped mid-epoch (--max-steps) */
     if (pipeline_memory(d->pipe, d->peak_bytes, NULL)) fatal("activation memory"); /* the training steps' peaks */
-    fprintf(stderr, "peak activation memory (%s, %lld micro-batches of %lld):", pipeline_schedule_name(c->schedule),
-            (long long)c->micro, (long long)(c->batch / c->micro));
-    for (int k = 0; k < d->pipe->nstages; k++)
-        fprintf(stderr, "%s stage %d %.3f MiB", k ? "," : "", k + 1, (double)d->peak_bytes[k] / 1048576.0);
-    fprintf(stderr, "\n");
+    /* One write for the whole line: written piece by piece, mpirun's merged
+     * output could put the JSON summary (stdout) in the middle of it. */
+    char line[4096];
+    int len = snprintf(line, sizeof line, "peak activation memory (%s, %lld micro-batches of %lld):",
+                       pipeline_schedule_name(c->schedule), (long long)c->micro, (long long)(c->batch / c->micro));
+    for (int k = 0; k < d->pipe->nstages && len > 0 && (size_t)len < sizeof line; k++)
+        len += snprintf(line + len, sizeof line - (size_t)len, "%s stage %d %.3f MiB", k ? "," : "", k + 1,
+                        (double)d->peak_bytes[k] / 1048576.0);
+    fprintf(stderr, "%s\n", line);
     app_progress_finish(d->bar);
     app_metrics_close(d->csv);
     char *png = app_plot_path(&c->common);

@@ -54,8 +54,16 @@ def main(argv):
             print(f"run_app.py: no file {path}")
             ok = False
     if checks:
-        lines = [l for l in out.splitlines() if l.startswith("{") and l.endswith("}")]
-        j = json.loads(lines[-1]) if lines else None
+        # The last JSON object line; mpirun merges the ranks' stdout and stderr, so
+        # a line another write was cut into may carry it after some text.
+        j = None
+        for l in out.splitlines():
+            at = l.find('{"')
+            if at >= 0 and l.endswith("}"):
+                try:
+                    j = json.loads(l[at:])
+                except ValueError:
+                    pass
         for c in checks:
             if j is None or not eval(c, {}, {"j": j}):
                 print(f"run_app.py: summary {j} fails: {c}")
