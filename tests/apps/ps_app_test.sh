@@ -91,7 +91,9 @@ resume_trainers) # 2 trainers (Hogwild, so not bit-identical): each resumes its 
   if MPIRPC_APP_KILL_AFTER_EPOCH=1 run 3 "$ps" "${args[@]}" > /dev/null 2> "$tmp/kill.err"; then
     fail "the run to be killed ended normally"
   fi
-  run 3 "$ps" "${args[@]}" --resume > /dev/null 2> "$tmp/resume.err" || { cat "$tmp/resume.err"; fail "resume failed"; }
+  grep -q "killing this process" "$tmp/kill.err" || { cat "$tmp/kill.err"; fail "not killed by the hook"; }
+  run 3 "$ps" "${args[@]}" --resume > /dev/null 2> "$tmp/resume.err" ||
+    { cat "$tmp/kill.err" "$tmp/resume.err"; fail "resume failed"; }
   grep "resuming from" "$tmp/resume.err"
   # in the last checkpoint, both trainers' Adam step counts equal the steps run: a restarted state would count fewer
   python3 - "$tmp/c" <<'PY' || fail "optimizer state not carried over"
