@@ -5,9 +5,10 @@
  * faults 29k -> 9k over 30 steps).
  *
  * The cache has 64 slots and a byte budget (MPIRPC_HOST_CACHE_MB, default
- * 512, read once); when it is full, or a block would go over the budget, the
- * oldest cached blocks are freed first (a ring of slots), so the cache
- * follows the sizes in use now. One mutex guards it; mpri_host_cache_trim
+ * 512, read once); when it is full, or a block would go over the budget,
+ * cached blocks are freed in slot order from a rotating position (a ring:
+ * the oldest first while the slots fill in order, roughly the oldest
+ * after that), so the cache follows the sizes in use now. One mutex guards it; mpri_host_cache_trim
  * empties it.
  *
  * Invariants: a cached block is owned by the cache alone until handed out;
