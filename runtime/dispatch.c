@@ -193,7 +193,7 @@ void mpri_dispatch(mpri_msg_t *msg) {
         return;
     }
     if (mpri_pool_submit(run_handler_task, drop_handler_task, msg) != MPR_OK) {
-        mpri_reply_error(msg, MPR_ERR_NOMEM, "worker pool queue is full");
+        mpri_reply_error(msg, MPR_ERR_NOMEM, "out of memory queueing the request for the worker pool");
         mpri_msg_done(msg);
     }
 }

@@ -80,8 +80,17 @@ mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor
 mpr_err_t mpri_tensor_placement_apply(mpri_tensor_placement_t *placement, mpr_tensor_t **tensors);
 
 /* Decode one value; tensor indices refer to tensors[0..ntensors) (borrowed;
- * the value takes its own references). New reference in *out. */
+ * the value takes its own references). New reference in *out. On failure
+ * nothing is left half done: the opaque values made are released, and
+ * those not reached (from where the decode stopped on) are settled (the
+ * opaque ops' `settle`: an RRef's fork is undone), so a fork in a message
+ * that could not be decoded does not pin its RRef. The thread's last error
+ * stays the decode's. */
 mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
                             int src_rank, mpr_value_t **out);
+/* Read past one value that will not be decoded, settling the opaque values
+ * in it as a failed decode does. Stops at the first malformed byte; keeps
+ * the thread's last error. */
+void mpri_value_settle(mpri_reader_t *in, int src_rank);
 
 #endif

@@ -205,6 +205,9 @@ void mpri_pending_fail_all(mpr_err_t code, const char *message);
 /* Complete the pending futures of requests sent to `dst` (it left). */
 void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message);
 long mpri_pending_count(void);
+/* Free the entries kept for reuse (at most 1024 are kept after a burst):
+ * tests that count live blocks call it before they count. */
+void mpri_pending_cache_trim(void);
 
 /* ---- progress (progress.c) ---- */
 mpr_err_t mpri_progress_start(void);

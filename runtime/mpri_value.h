@@ -80,6 +80,12 @@ typedef struct mpri_opaque_value_ops {
      * inner ones kept. */
     size_t (*encode_begin)(void);
     void (*encode_end)(size_t mark, bool ok);
+    /* Optional (needed by kinds that go on the wire): read past the wire
+     * form of a value that will not be decoded (its message's decode ran
+     * out of memory before it, or the message is dropped) and, with
+     * `undo`, undo what its encode started on the sender (an RRef fork);
+     * best effort, never blocking. */
+    mpr_err_t (*settle)(struct mpri_reader *in, int src_rank, bool undo);
 } mpri_opaque_value_ops_t;
 
 void mpri_value_set_opaque_ops(mpr_value_kind_t kind, const mpri_opaque_value_ops_t *ops);

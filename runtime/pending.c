@@ -26,6 +26,10 @@
 #include "mpri_trace.h"
 
 #define NBUCKETS 4096
+/* Entries kept for reuse after a burst of calls in flight: enough for the
+ * steady concurrency of a training job, bounded so that one burst of 100k
+ * calls does not pin their entries for the rest of the run. */
+#define FREE_LIST_MAX 1024
 
 typedef struct entry {
     uint64_t id;
@@ -44,7 +48,8 @@ static struct {
     pthread_t timer;
     bool timer_running, timer_stop;
     entry_t *buckets[NBUCKETS];
-    entry_t *free_list;
+    entry_t *free_list; /* recycled entries, at most FREE_LIST_MAX */
+    long free_count;
     long count, with_deadline;
     int64_t earliest_ns; /* no deadline before this; 0: none pending */
     int64_t timer_wake_ns; /* when the sleeping timer thread wakes next; 0: it is awake */
@@ -67,9 +72,10 @@ mpr_err_t mpri_pending_add_call(uint64_t id, mpr_future_t *f, int64_t deadline_n
     int64_t now = deadline_ns || (function_id && mpri_observing(MPRI_OBSERVE_STATS)) ? mpri_now_ns() : 0;
     pthread_mutex_lock(&table.lock);
     entry_t *e = table.free_list;
-    if (e)
+    if (e) {
         table.free_list = e->next;
-    else if (!(e = malloc(sizeof *e))) {
+        table.free_count--;
+    } else if (!(e = malloc(sizeof *e))) {
         pthread_mutex_unlock(&table.lock);
         return mpr_error_set(MPR_ERR_NOMEM, "pending request table: out of memory");
     }
@@ -111,8 +117,28 @@ static entry_t *unlink_locked(entry_t **link) {
 }
 
 static void recycle_locked(entry_t *e) {
+    if (table.free_count >= FREE_LIST_MAX) {
+        free(e);
+        return;
+    }
     e->next = table.free_list;
     table.free_list = e;
+    table.free_count++;
+}
+
+static void free_list_drop_locked(void) {
+    while (table.free_list) {
+        entry_t *e = table.free_list;
+        table.free_list = e->next;
+        free(e);
+    }
+    table.free_count = 0;
+}
+
+void mpri_pending_cache_trim(void) {
+    pthread_mutex_lock(&table.lock);
+    free_list_drop_locked();
+    pthread_mutex_unlock(&table.lock);
 }
 
 mpr_future_t *mpri_pending_take(uint64_t id) { return mpri_pending_take_call(id, NULL, NULL); }
@@ -190,13 +216,7 @@ void mpri_pending_fail_all(mpr_err_t code, const char *message) {
         mpr_future_release(e->future);
         free(e);
     }
-    pthread_mutex_lock(&table.lock);
-    while (table.free_list) {
-        entry_t *e = table.free_list;
-        table.free_list = e->next;
-        free(e);
-    }
-    pthread_mutex_unlock(&table.lock);
+    mpri_pending_cache_trim();
 }
 
 void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message) {

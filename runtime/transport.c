@@ -112,10 +112,13 @@ mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t 
     /* Device tensors arrived in host memory: to their devices first, once,
      * on the thread that decodes (a handler's pool thread; for a reply, the
      * progress thread that completes its future). */
-    mpr_err_t placed = mpri_tensor_placement_apply(msg->placement, msg->tensors);
-    if (placed) return placed;
     mpri_reader_t r;
     mpri_reader_init(&r, msg->body + skip, msg->hdr.body_len - skip);
+    mpr_err_t placed = mpri_tensor_placement_apply(msg->placement, msg->tensors);
+    if (placed) {
+        mpri_value_settle(&r, msg->src); /* the RRefs it carries are undone */
+        return placed;
+    }
     mpr_err_t e = mpri_value_decode(&r, msg->tensors, msg->hdr.tensor_count, msg->src, out);
     if (e == MPR_OK && r.left != 0) {
         mpr_value_release(*out);

@@ -39,7 +39,9 @@
  * message has tensors), and rejects unknown kinds and out-of-range tensor indices;
  * descriptors are all validated (and their total checked against the
  * message limit) before any tensor storage is allocated; on any failure
- * everything decoded so far is released. */
+ * everything decoded so far is released and the opaque values not reached
+ * are settled (the kind's `settle` hook: an RRef's fork is undone), walking
+ * the bytes again without allocating. */
 #include "mpri_codec.h"
 
 #include <stdio.h>
@@ -588,7 +590,66 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
     return MPR_OK;
 }
 
+/* ---- settling values that will not be decoded ----
+ * Walks the wire form as decode_rec does, making nothing; an opaque value
+ * whose kind byte is at or after `from` is settled (undone), one before it
+ * only read past (the decoder made it, or settled it when making it
+ * failed). */
+static mpr_err_t settle_rec(mpri_reader_t *in, int src_rank, int depth, const uint8_t *from) {
+    if (depth > MPRI_MAX_VALUE_DEPTH) return MPR_ERR_DECODE;
+    const uint8_t *at = in->p;
+    uint8_t kind, u8;
+    uint32_t u32;
+    uint64_t u64;
+    const void *data;
+    size_t len;
+    mpr_err_t e = mpri_read_u8(in, &kind);
+    if (e) return e;
+    switch (kind) {
+    case MPR_VALUE_NONE: return MPR_OK;
+    case MPR_VALUE_BOOL: return mpri_read_u8(in, &u8);
+    case MPR_VALUE_INT:
+    case MPR_VALUE_DOUBLE: return mpri_read_u64(in, &u64);
+    case MPR_VALUE_STRING:
+    case MPR_VALUE_BYTES: return mpri_read_blob(in, &data, &len);
+    case MPR_VALUE_TENSOR: return mpri_read_u32(in, &u32);
+    case MPR_VALUE_WORKER: return (e = mpri_read_u32(in, &u32)) ? e : mpri_read_blob(in, &data, &len);
+    case MPR_VALUE_LIST: {
+        uint32_t count;
+        if ((e = mpri_read_u32(in, &count))) return e;
+        for (uint32_t i = 0; i < count; i++)
+            if ((e = settle_rec(in, src_rank, depth + 1, from))) return e;
+        return MPR_OK;
+    }
+    case MPR_VALUE_RREF:
+    case MPR_VALUE_OBJECT: {
+        const mpri_opaque_value_ops_t *ops = mpri_value_opaque_ops(kind);
+        if (!ops || !ops->settle) return MPR_ERR_DECODE; /* its length is unknown: stop */
+        return ops->settle(in, src_rank, at >= from);
+    }
+    default: return MPR_ERR_DECODE;
+    }
+}
+
+/* Settle what the value at `r` holds from `from` on (reading past it),
+ * keeping the thread's last error (the caller reports the decode's). */
+static void settle_from(mpri_reader_t *r, int src_rank, const uint8_t *from) {
+    mpr_err_t code = mpr_last_error_code();
+    char text[MPR_ERROR_TEXT_MAX];
+    snprintf(text, sizeof text, "%s", mpr_last_error());
+    (void)settle_rec(r, src_rank, 0, from);
+    if (code)
+        mpr_error_set(code, "%s", text);
+    else
+        mpr_error_clear();
+}
+
 mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
                             int src_rank, mpr_value_t **out) {
-    return decode_rec(in, tensors, ntensors, src_rank, 0, NULL, out);
+    mpri_reader_t whole = *in;
+    mpr_err_t e = decode_rec(in, tensors, ntensors, src_rank, 0, NULL, out);
+    if (e) settle_from(&whole, src_rank, in->p);
+    return e;
 }
+
+void mpri_value_settle(mpri_reader_t *in, int src_rank) { settle_from(in, src_rank, in->p); }

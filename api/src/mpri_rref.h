@@ -124,8 +124,10 @@ void mpri_rref_user_confirm(mpr_rref_t *r);
 void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message);
 /* The creation error of a failed user, copied into the thread's error. */
 mpr_err_t mpri_rref_user_error(mpr_rref_t *r);
-/* Pending children (G2): keep `parent` alive until CHILD_ACCEPT(fork). */
-void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent);
+/* Pending children (G2): keep `parent` (the reference is taken over on
+ * success) alive until CHILD_ACCEPT(fork). MPR_ERR_NOMEM: nothing recorded,
+ * the reference stays the caller's. */
+mpr_err_t mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent);
 mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork);
 /* Fork waits: a new user (reference taken over) waiting for the owner's ack
  * of its FORK_REQUEST; `parent` gets CHILD_ACCEPT afterwards. */

@@ -591,9 +591,10 @@ static fork_ent_t *fork_table_drain_locked(fork_table_t *t) {
     return all;
 }
 
-void mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent) {
-    if (!fork_table_add(&st.children, fork, parent, -1)) /* keep the parent for good rather than break G2 */
-        fprintf(stderr, "mpirpc: out of memory recording an RRef child; the parent is kept\n");
+mpr_err_t mpri_rref_add_pending_child(mpri_gid_t fork, mpr_rref_t *parent) {
+    if (!fork_table_add(&st.children, fork, parent, -1))
+        return mpr_error_set(MPR_ERR_NOMEM, "sending an RRef: out of memory recording its child");
+    return MPR_OK;
 }
 
 mpr_rref_t *mpri_rref_take_pending_child(mpri_gid_t fork) { return fork_table_take(&st.children, fork, NULL); }

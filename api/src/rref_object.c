@@ -138,6 +138,6 @@ static mpr_err_t object_encode(void *p, mpri_buf_t *out, int dst_rank) {
                          box->type->name);
 }
 
-static const mpri_opaque_value_ops_t object_ops = {object_retain, object_release, object_encode, NULL, NULL, NULL};
+static const mpri_opaque_value_ops_t object_ops = {object_retain, object_release, object_encode, NULL, NULL, NULL, NULL};
 
 void mpri_rref_object_install(void) { mpri_value_set_opaque_ops(MPR_VALUE_OBJECT, &object_ops); }

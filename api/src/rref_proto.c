@@ -19,7 +19,12 @@
  * owner sent it to itself, the fork is dropped again); on a user whose parent
  * is the owner, the user is confirmed at once; otherwise the new user is
  * pending, asks the owner with FORK_REQUEST, and on the ack is confirmed and
- * sends CHILD_ACCEPT to its parent. Every control message is answered or
+ * sends CHILD_ACCEPT to its parent. A fork that arrives but never becomes a
+ * handle (out of memory making it, or its message's decode failed before
+ * it: the codec's `settle` hook) is undone as releasing the handle would
+ * have (settle_fork), so it never pins its OwnerRRef or a parent. An
+ * encode records its fork in the journal (below) before it makes it, so a
+ * message that never leaves takes every fork back. Every control message is answered or
  * consumed inline: none of them ever waits for, or occupies, a pool thread.
  *
  * Layering: this file sits above the RRef context (rref_context.c, which
@@ -245,15 +250,21 @@ void mpri_rref_encode_end(size_t mark, bool ok) {
     }
 }
 
+/* Room for one more entry, made before the fork it will record: a fork
+ * that could not be journaled would outlive a message that never left. */
+static mpr_err_t journal_reserve(void) {
+    if (jr.depth == 0 || jr.n < jr.cap) return MPR_OK;
+    size_t cap = jr.cap ? jr.cap * 2 : 4;
+    journal_ent_t *items = realloc(jr.items, cap * sizeof *items);
+    if (!items) return mpr_error_set(MPR_ERR_NOMEM, "sending an RRef: out of memory");
+    jr.items = items;
+    jr.cap = cap;
+    return MPR_OK;
+}
+
 static void journal_add(mpr_rref_t *r, mpri_gid_t fork) {
     if (jr.depth == 0) return;
-    if (jr.n == jr.cap) {
-        size_t cap = jr.cap ? jr.cap * 2 : 4;
-        journal_ent_t *items = realloc(jr.items, cap * sizeof *items);
-        if (!items) return; /* best effort: a failed send would then leave this fork */
-        jr.items = items;
-        jr.cap = cap;
-    }
+    MPRI_ASSERT(jr.n < jr.cap, "journal_reserve made room before the fork");
     jr.items[jr.n++] = (journal_ent_t){mpr_rref_retain(r), fork};
 }
 
@@ -282,11 +293,15 @@ static mpr_err_t rref_encode(void *p, mpri_buf_t *out, int dst_rank) {
             return mpr_error_set(MPR_ERR_SHUTDOWN, "cannot send RRef(%u:%llu): it was deleted by shutdown",
                                  r->id.rank, (unsigned long long)r->id.seq);
     }
+    if ((e = journal_reserve())) return e;
     mpri_gid_t fork = mpri_gid_new();
     if (r->is_owner) {
         if (!mpri_owner_add_fork(r->owner, fork)) return mpr_last_error_code(); /* early fork registration */
     } else {
-        mpri_rref_add_pending_child(fork, mpr_rref_retain(r)); /* G2: kept until CHILD_ACCEPT */
+        if ((e = mpri_rref_add_pending_child(fork, mpr_rref_retain(r)))) { /* G2: kept until CHILD_ACCEPT */
+            mpr_rref_release(r);
+            return e;
+        }
     }
     journal_add(r, fork);
     mpri_gid_put(out, r->id);
@@ -296,33 +311,75 @@ static mpr_err_t rref_encode(void *p, mpri_buf_t *out, int dst_rank) {
     return MPR_OK;
 }
 
+static mpr_err_t read_wire_form(mpri_reader_t *in, mpri_gid_t *id, int32_t *owner, mpri_gid_t *fork) {
+    mpr_err_t e;
+    if ((e = mpri_gid_read(in, id)) || (e = mpri_read(in, owner, 4)) || (e = mpri_gid_read(in, fork))) return e;
+    if (*owner < 0 || *owner >= mpri_rt.size)
+        return mpr_error_set(MPR_ERR_DECODE, "RRef owner rank %d outside [0, %d)", *owner, mpri_rt.size);
+    return MPR_OK;
+}
+
+/* A fork that arrived but gets no handle (out of memory making it, or its
+ * message dropped before it was decoded) is undone as releasing its handle
+ * would have: the owner forgets it, a parent keeping itself alive for it
+ * (G2) is let go. Best effort: the messages it sends may fail too. */
+static void settle_fork(mpri_gid_t id, int owner, mpri_gid_t fork, int parent) {
+    int self = mpri_rt.rank;
+    mpr_err_t code = mpr_last_error_code(); /* the caller reports its own failure */
+    char text[MPR_ERROR_TEXT_MAX];
+    snprintf(text, sizeof text, "%s", mpr_last_error());
+    if (owner == self && parent == self)
+        mpri_owner_del_fork(id, fork); /* added at encode, on this worker */
+    else if (owner == self)
+        mpri_rref_send_child_accept(parent, fork); /* phantom fork: never in the fork set */
+    else if (parent == owner)
+        send_user_delete(owner, id, fork); /* the owner added it at encode */
+    else
+        mpri_rref_send_child_accept(parent, fork); /* the owner never heard of it */
+    if (code)
+        mpr_error_set(code, "%s", text);
+    else
+        mpr_error_clear();
+}
+
+static mpr_err_t rref_settle(mpri_reader_t *in, int src_rank, bool undo) {
+    mpri_gid_t id, fork;
+    int32_t owner;
+    mpr_err_t e = read_wire_form(in, &id, &owner, &fork);
+    if (e == MPR_OK && undo) settle_fork(id, owner, fork, src_rank);
+    return e;
+}
+
 static mpr_err_t rref_decode(mpri_reader_t *in, int src_rank, void **out) {
     mpri_gid_t id, fork;
     int32_t owner;
-    mpr_err_t e;
-    if ((e = mpri_gid_read(in, &id)) || (e = mpri_read(in, &owner, 4)) || (e = mpri_gid_read(in, &fork)))
-        return e;
-    if (owner < 0 || owner >= mpri_rt.size)
-        return mpr_error_set(MPR_ERR_DECODE, "RRef owner rank %d outside [0, %d)", owner, mpri_rt.size);
+    mpr_err_t e = read_wire_form(in, &id, &owner, &fork);
+    if (e) return e;
     int self = mpri_rt.rank, parent = src_rank;
     mpr_rref_t *r;
     if (owner == self) {
         mpri_owner_t *o = mpri_owner_get_or_create(id);
-        if (!o) return mpr_last_error_code();
-        r = mpri_rref_new_owner_handle(o);
-        mpri_owner_release(o);
-        if (!r) return mpr_last_error_code();
+        r = o ? mpri_rref_new_owner_handle(o) : NULL;
+        if (o) mpri_owner_release(o);
+        if (!r) {
+            e = mpr_last_error_code();
+            settle_fork(id, owner, fork, parent);
+            return e;
+        }
         if (parent == self)
             mpri_owner_del_fork(id, fork); /* sent to ourselves: the fork added at encode goes */
         else
             mpri_rref_send_child_accept(parent, fork); /* phantom fork: never in the fork set */
         mpri_rref_record_ready_future(r->owner->value);
-    } else if (parent == owner) {
-        r = mpri_rref_new_user(id, owner, fork, USER_CONFIRMED); /* the owner added it at encode */
-        if (!r) return mpr_last_error_code();
     } else {
-        r = mpri_rref_new_user(id, owner, fork, USER_PENDING);
-        if (!r) return mpr_last_error_code();
+        r = mpri_rref_new_user(id, owner, fork, parent == owner ? USER_CONFIRMED : USER_PENDING);
+        if (!r) {
+            e = mpr_last_error_code();
+            settle_fork(id, owner, fork, parent);
+            return e;
+        }
+    }
+    if (owner != self && parent != owner) {
         mpri_rref_record_ready_future(r->ready);
         mpri_rref_send_fork_request(r, parent);
     }
@@ -331,7 +388,7 @@ static mpr_err_t rref_decode(mpri_reader_t *in, int src_rank, void **out) {
 }
 
 static const mpri_opaque_value_ops_t rref_ops = {rref_retain_hook, rref_release_hook, rref_encode, rref_decode,
-                                                 mpri_rref_encode_begin, mpri_rref_encode_end};
+                                                 mpri_rref_encode_begin, mpri_rref_encode_end, rref_settle};
 
 /* ---- handlers ---- */
 

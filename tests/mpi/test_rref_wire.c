@@ -1,7 +1,9 @@
 /* test_rref_wire.c — RRef messages built by hand: malformed bodies and RRef
  * values are rejected with a clear error (never a crash), and repeated fork
- * requests are idempotent. Run with 2 ranks; rank 0 sends to rank 1. */
+ * requests are idempotent, and the RRefs of a message whose decode fails part
+ * way are settled. Run with 2 ranks; rank 0 sends to rank 1. */
 #include "mpri_rref.h"
+#include "mpri_codec.h"
 #include "mpri_runtime.h"
 #include "rref_test_util.h"
 
@@ -104,12 +106,51 @@ static void test_idempotent_fork_request(void) {
     wait_owner_state(1, 0, 0); /* one delete removed the thrice-requested fork */
 }
 
+/* A call whose arguments fail to decode part way settles every RRef they
+ * carry: [r, bool 2, r] reaches rank 1 as a user of rank 0's r twice; the
+ * first is decoded and released when the bool fails, the second is never
+ * made and is undone (a USER_DELETE for its fork). Both forks leave the
+ * owner, so the owner record goes when this rank drops r. */
+static void test_failed_decode_settles_forks(void) {
+    if (rank != 0) return;
+    mpr_value_t *v = mpr_value_new_int(3);
+    mpr_rref_t *r = mpr_rref_create_local(v);
+    mpr_value_release(v);
+    CHECK(r != NULL);
+    mpr_value_t *args = mpr_value_list_of(3, mpr_value_new_rref(r), mpr_value_new_bool(true), mpr_value_new_rref(r));
+    mpri_buf_t b;
+    mpri_buf_init(&b);
+    mpri_buf_put_u16(&b, 4);
+    mpri_buf_put(&b, "echo", 4);
+    size_t at = b.len;
+    mpri_tensor_list_t tl;
+    mpri_tensor_list_init(&tl);
+    CHECK_OK(mpri_value_encode(args, &b, &tl, 1)); /* two forks, recorded by the owner */
+    mpri_tensor_list_fini(&tl);
+    size_t bool_at = at + 1 + 4 + (1 + 12 + 4 + 12) + 1; /* list kind, count, an RRef, the bool's kind */
+    CHECK(b.data[bool_at - 1] == MPR_VALUE_BOOL && b.data[bool_at] == 1);
+    b.data[bool_at] = 2;
+    expect_rejected(MPRI_MSG_CALL, b.data, b.len, mpri_hash_name("echo"), MPR_ERR_DECODE, "bool value 2");
+    mpri_buf_fini(&b);
+    mpr_value_release(args);
+    mpr_rref_release(r);
+    mpr_debug_info_t d;
+    double t0 = now_s();
+    do {
+        usleep(1000);
+        CHECK_OK(mpr_get_debug_info(&d));
+    } while ((d.rref_owners != 0 || d.rref_unacked_ctrl_msgs != 0) && now_s() - t0 < 20);
+    if (d.rref_owners != 0) fprintf(stderr, "[rank 0] the owner record stayed: a fork was not settled\n");
+    CHECK(d.rref_owners == 0);
+}
+
 int main(int argc, char **argv) {
     register_common();
     init_runtime(&argc, &argv, 2);
     CHECK(size == 2);
     RUN_TEST(test_malformed);
     RUN_TEST(test_idempotent_fork_request);
+    RUN_TEST(test_failed_decode_settles_forks);
     MPITEST_REPORT();
     CHECK_OK(mpr_shutdown(true));
     mpr_debug_info_t d;
