@@ -387,7 +387,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
          * task may take long, and the progress thread must poll meanwhile. */
         if (wait_hooks && wait_hooks->pool_work_waiting()) {
             if (active) {
-                wait_hooks->leave();
+                wait_hooks->leave(true);
                 active = false;
             }
             if (wait_hooks->run_pool_task()) continue;
@@ -405,7 +405,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
             continue;
         }
         if (active) {
-            wait_hooks->leave();
+            wait_hooks->leave(true);
             active = false;
         }
         uint64_t gen = mpri_event_generation();
@@ -415,7 +415,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
         mpri_event_wait(gen, t);
         if (sleep_ns < WAIT_SLEEP_MAX_NS) sleep_ns *= 2;
     }
-    if (active) wait_hooks->leave();
+    if (active) wait_hooks->leave(false);
     return result;
 }
 

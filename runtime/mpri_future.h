@@ -48,7 +48,10 @@ mpr_err_t mpri_future_wait_or(mpr_future_t *f, double timeout_s, bool (*ready)(v
  * installed, waits only sleep and callbacks run inline. */
 typedef struct mpri_wait_hooks {
     void (*enter)(void);  /* a thread starts actively waiting */
-    void (*leave)(void);  /* ... and stops */
+    /* ... and stops; `handoff`: it will not poll again soon (it goes to
+     * sleep or runs a task), so the progress thread takes over at once;
+     * false when its future is done and it returns to its caller. */
+    void (*leave)(bool handoff);
     bool (*help)(void);   /* poll once; true if something happened */
     bool (*stopped)(void);/* the runtime has shut down */
     /* Queue fn(arg) on the pool (drop(arg) if the pool stops first); false

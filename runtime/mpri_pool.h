@@ -28,7 +28,7 @@ mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg);
  * returns the events handled. Until installed, idle workers only spin. */
 typedef struct mpri_pool_poller {
     void (*enter)(void);
-    void (*leave)(void);
+    void (*leave)(bool handoff); /* as mpri_wait_hooks_t's */
     int (*poll)(void);
 } mpri_pool_poller_t;
 void mpri_pool_set_poller(const mpri_pool_poller_t *poller);

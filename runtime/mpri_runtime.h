@@ -215,9 +215,11 @@ void mpri_progress_stop(void);
 /* Poll MPI once if no other thread is polling; returns events handled. */
 int mpri_progress_poll(void);
 /* A thread that polls in a loop (a waiter, an idle pool worker) registers
- * itself so the progress thread steps back meanwhile. */
+ * itself so the progress thread steps back meanwhile. Leaving with
+ * `handoff` (the thread will not poll again soon) wakes the progress thread
+ * when no other poller remains. */
 void mpri_progress_waiter_enter(void);
-void mpri_progress_waiter_leave(void);
+void mpri_progress_waiter_leave(bool handoff);
 /* True on the progress thread or inside a poll (where blocking is forbidden). */
 bool mpri_in_progress_context(void);
 /* Incoming messages still assembling or being drained, plus sends in flight

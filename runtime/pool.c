@@ -108,7 +108,9 @@ static void idle_spin(void) {
     }
     atomic_fetch_sub(&pool.spinning, 1);
     if (poller) {
-        hooks->leave();
+        /* With a task to run it polls again right after; out of time, it
+         * goes to sleep: the progress thread takes over at once. */
+        hooks->leave(atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0);
         atomic_store(&pool.poller_taken, false);
     }
 }
