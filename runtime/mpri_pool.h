@@ -40,6 +40,8 @@ bool mpri_pool_try_run_one(void);
 int mpri_pool_busy(void);
 /* Tasks queued, not yet running. */
 int mpri_pool_queued(void);
+/* Idle workers spinning (they take a queued task without a wake-up). */
+int mpri_pool_spinning(void);
 bool mpri_pool_running(void);
 /* True on a pool thread, or on any thread while it runs a pool task (a
  * waiter helping): such code is serving incoming work. */

@@ -53,6 +53,7 @@ static _Thread_local int task_depth; /* > 0 while this thread runs a task */
 bool mpri_on_pool_thread(void) { return is_pool_thread || task_depth > 0; }
 bool mpri_pool_running(void) { return atomic_load(&pool.started); }
 int mpri_pool_queued(void) { return atomic_load(&pool.queued); }
+int mpri_pool_spinning(void) { return atomic_load(&pool.spinning); }
 int mpri_pool_busy(void) { return atomic_load(&pool.queued) + atomic_load(&pool.running_tasks); }
 
 /* Pop under the lock. */
