@@ -7,7 +7,9 @@
  * - One thread at a time matches (poll_lock, taken with trylock: no thread
  *   ever waits for it): Improbe, Mrecv of the message Improbe matched,
  *   dispatch of messages without tensors in the order MPI matched them, and
- *   the tests of what is assembling, draining or sending. Only non-blocking
+ *   the tests of what is assembling, draining or sending (the progress
+ *   thread matches up to 32 messages per poll, any other thread one, so a
+ *   waiter sees its reply at once). Only non-blocking
  *   MPI calls are made in a poll (Improbe, Mrecv of a matched message,
  *   Irecv, Isend, Test*).
  * - The data receives of a message with tensors are posted by the thread
@@ -336,6 +338,13 @@ int mpri_progress_poll(void) {
         MPI_Mrecv(msg->data, count, MPI_BYTE, &m, MPI_STATUS_IGNORE);
         start_incoming(msg, (size_t)count, st.MPI_SOURCE, &to_post);
         events++;
+        /* A waiter or a pool poller takes one message per poll: the reply
+         * it waits for, or the request it will run, is then handled at
+         * once instead of after another probe, which over TCP is an epoll
+         * (and a yield with mpi_yield_when_idle) of 5-15 us on each side:
+         * no-op calls between two netns "hosts" took 137 us against raw
+         * MPI's 56, now 60-74. The progress thread drains up to 32. */
+        if (!is_progress_thread) break;
     }
     take_posted();
     if (prog.assembling) events += test_assembling();
