@@ -1,8 +1,17 @@
-/* host_alloc.c — 64-byte-aligned CPU allocations with a cache of large
- * freed blocks (at least 256 KiB), so the tensors a training step frees and
- * makes again skip the allocator's mmap/munmap round trip and the page
- * faults of fresh memory (a pipeline stage's CPU time fell 10-16%, its page
- * faults 29k -> 9k over 30 steps).
+/* host_alloc.c — 64-byte-aligned CPU allocations with a cache of freed
+ * blocks of at least 64 KiB, so the tensors a training step frees and makes
+ * again skip the allocator's mmap/munmap round trip and the page faults of
+ * fresh memory (a pipeline stage's CPU time fell 10-16%, its page faults
+ * 29k -> 9k over 30 steps).
+ *
+ * Why from 64 KiB, not only for large blocks: glibc raises its mmap and
+ * trim thresholds when it sees a large mmapped block freed. A cache that
+ * keeps every large block from glibc leaves them at 128 KiB for the whole
+ * run, so the medium blocks it does not keep (64-256 KiB: a batch of
+ * activations) were mmapped, or trimmed off the heap, and faulted in again
+ * at every step: bench_tensor's MLP step took 1.03-1.05 ms after its sgemm
+ * part instead of 0.59 (6.3k page faults against 3.6k); from 64 KiB, 0.59 ms
+ * and 2.5k.
  *
  * The cache has 64 slots and a byte budget (MPIRPC_HOST_CACHE_MB, default
  * 512, read once); when it is full, or a block would go over the budget,
@@ -13,29 +22,34 @@
  *
  * Invariants: a cached block is owned by the cache alone until handed out;
  * blocks are matched by their rounded size (a multiple of 64 B below
- * 256 KiB, of 64 KiB from 256 KiB), which both alloc and free compute from
+ * 64 KiB, of 4 KiB up to 1 MiB, of 64 KiB from 1 MiB: at most 1/16 more
+ * than asked), which both alloc and free compute from
  * the caller's `nbytes`, so free must be given the nbytes of the alloc; the
  * cache never holds more than its byte budget; `total` is the sum of the
  * cached blocks' sizes. */
 #include "mpri_host_alloc.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
-#define CACHE_MIN ((size_t)256 << 10)
+#define CACHE_MIN ((size_t)64 << 10)
+#define COARSE_MIN ((size_t)1 << 20) /* from here sizes round to 64 KiB, below to 4 KiB */
 #define CACHE_SLOTS 64
 
 static struct {
     pthread_mutex_t lock;
     void *block[CACHE_SLOTS];
     size_t size[CACHE_SLOTS];
+    uint64_t freed_at[CACHE_SLOTS]; /* `clock` when the block came in */
+    uint64_t clock;
     size_t total, budget;
     int budget_read;
     int next_evict; /* the slot to evict next when the cache is full or over budget */
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static size_t rounded(size_t nbytes) {
-    size_t g = nbytes >= CACHE_MIN ? (size_t)1 << 16 : 64;
+    size_t g = nbytes >= COARSE_MIN ? (size_t)1 << 16 : nbytes >= CACHE_MIN ? (size_t)1 << 12 : 64;
     size_t r = (nbytes + g - 1) & ~(g - 1);
     return r ? r : 64;
 }
@@ -53,14 +67,17 @@ void *mpri_host_alloc(size_t nbytes) {
     size_t r = rounded(nbytes);
     if (r >= CACHE_MIN) {
         pthread_mutex_lock(&cache.lock);
+        int best = -1; /* the matching block freed last: still in the CPU caches */
         for (int i = 0; i < CACHE_SLOTS; i++)
-            if (cache.block[i] && cache.size[i] == r) {
-                void *p = cache.block[i];
-                cache.block[i] = NULL;
-                cache.total -= r;
-                pthread_mutex_unlock(&cache.lock);
-                return p;
-            }
+            if (cache.block[i] && cache.size[i] == r && (best < 0 || cache.freed_at[i] > cache.freed_at[best]))
+                best = i;
+        if (best >= 0) {
+            void *p = cache.block[best];
+            cache.block[best] = NULL;
+            cache.total -= r;
+            pthread_mutex_unlock(&cache.lock);
+            return p;
+        }
         pthread_mutex_unlock(&cache.lock);
     }
     return aligned_alloc(64, r);
@@ -94,6 +111,7 @@ void mpri_host_free(void *p, size_t nbytes) {
             }
             cache.block[slot] = p;
             cache.size[slot] = r;
+            cache.freed_at[slot] = ++cache.clock;
             cache.total += r;
             pthread_mutex_unlock(&cache.lock);
             free(evicted);

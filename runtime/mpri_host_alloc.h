@@ -3,7 +3,7 @@
  *
  * Fresh multi-megabyte allocations come from mmap and pay a page fault per
  * 4 KiB on first touch; a receive of a 64 MiB tensor would spend as long
- * faulting as copying. Freed blocks of at least 256 KiB are kept (up to
+ * faulting as copying. Freed blocks of at least 64 KiB are kept (up to
  * 64 blocks, 512 MiB in all, or MPIRPC_HOST_CACHE_MB; the oldest go first)
  * and handed out again for the same rounded size. */
 #ifndef MPRI_HOST_ALLOC_H

@@ -40,7 +40,7 @@ mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstora
                                  _Alignof(mpr_tensor_t));
     size_t data_at = round_up(tensors_at + (size_t)nstorages * sizeof(mpr_tensor_t), BLOCK_ALIGN);
     size_t total = round_up(data_at + data_bytes, BLOCK_ALIGN);
-    /* From the host allocator: a block of 256 KiB or more comes back warm
+    /* From the host allocator: a block of 64 KiB or more comes back warm
      * from its cache (a fresh one pays a page fault per 4 KiB inside the
      * receive that fills it). */
     mpri_tensor_block_t *b = mpri_host_alloc(total);

@@ -422,7 +422,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     size_t pack_total = 0;
     for (uint32_t b = 0; b < nbatches; b++)
         pack_total += mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
-    /* From the host allocator: a buffer of 256 KiB or more comes back warm
+    /* From the host allocator: a buffer of 64 KiB or more comes back warm
      * from its cache, not fresh pages to fault in while packing. */
     uint8_t *packed = pack_total ? mpri_host_alloc(pack_total) : NULL;
     if (pack_total && !packed) {

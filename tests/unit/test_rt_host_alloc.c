@@ -1,5 +1,5 @@
 /* test_rt_host_alloc.c — the cache of large host blocks: a freed block of
- * >= 256 KiB is handed out again for the same rounded size (no fresh mmap
+ * >= 64 KiB is handed out again for the same rounded size (no fresh mmap
  * and page faults), small blocks are not cached, a full cache keeps the 64
  * most recent frees (the oldest are freed), and trimming empties the
  * cache. Tensors use it through their storages. */
@@ -47,12 +47,12 @@ static void test_tensor_storage_uses_cache(void **state) {
 static void test_small_blocks_not_cached(void **state) {
     mpri_host_cache_trim();
     size_t blocks, bytes;
-    void *s = mpri_host_alloc(1000), *m = mpri_host_alloc((size_t)200 << 10);
+    void *s = mpri_host_alloc(1000), *m = mpri_host_alloc((size_t)60 << 10);
     assert_non_null(s);
     assert_non_null(m);
     assert_int_equal((uintptr_t)s % 64, 0);
-    mpri_host_free(s, 1000); /* below 256 KiB: freed, not cached */
-    mpri_host_free(m, (size_t)200 << 10);
+    mpri_host_free(s, 1000); /* below 64 KiB: freed, not cached */
+    mpri_host_free(m, (size_t)60 << 10);
     mpri_host_cache_stats(&blocks, &bytes);
     assert_int_equal(blocks, 0);
     assert_int_equal(bytes, 0);
