@@ -472,9 +472,12 @@ static void *progress_main(void *unused) {
         if (other_active || mpri_now_ns() - atomic_load_explicit(&prog.last_other_poll_ns,
                                                                  memory_order_relaxed) < 50000) {
             /* Not the global event: it fires on every completion and would
-             * wake this thread for nothing. An active waiter that leaves
-             * ends the nap at once (else nobody would poll until it ended:
-             * calls took 100-300 us instead of 3 in such gaps). */
+             * wake this thread for nothing. Few wake-ups are the point: each
+             * preempts a spinning poller on a busy core (with 200 us sleeps,
+             * ~2% of back-to-back no-op calls took 50-400 us on 2 cores;
+             * with 1 ms naps ~0.6%; raw MPI ping-pong 0.2%). A poller that
+             * hands off ends the nap at once (without that, calls spaced
+             * 500 us apart took over 400 us: nobody polled until it ended). */
             if (other_active) {
                 nap_while_others_poll();
             } else {
@@ -482,11 +485,7 @@ static void *progress_main(void *unused) {
                 nanosleep(&ts, NULL);
             }
             /* The others poll for us; poll only if they paused (so nothing
-             * depends on them). Polling beside them cost the tail: this
-             * thread, preempted while holding poll_lock on a busy core,
-             * kept the waiter's trylock failing for a time slice (2% of
-             * no-op calls took 50-200 us on 2 cores, against 0.2% of raw
-             * MPI ping-pongs). */
+             * depends on them), not beside them for poll_lock. */
             if (mpri_now_ns() - atomic_load_explicit(&prog.last_other_poll_ns, memory_order_relaxed) >
                 OTHERS_STALE_NS)
                 mpri_progress_poll();

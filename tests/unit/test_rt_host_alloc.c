@@ -1,6 +1,6 @@
 /* test_rt_host_alloc.c — the cache of large host blocks: a freed block of
- * >= 64 KiB is handed out again for the same rounded size (no fresh mmap
- * and page faults), small blocks are not cached, a full cache keeps the 64
+ * >= 64 KiB is handed out again for the same rounded size (4 KiB steps
+ * below 1 MiB, 64 KiB from 1 MiB; no fresh mmap and page faults), small blocks are not cached, a full cache keeps the 64
  * most recent frees (the oldest are freed), and trimming empties the
  * cache. Tensors use it through their storages. */
 #include <setjmp.h>
@@ -29,6 +29,30 @@ static void test_large_blocks_are_reused(void **state) {
     assert_ptr_not_equal(b, c);
     mpri_host_free(b, n + 100);
     mpri_host_free(c, n);
+    mpri_host_cache_trim();
+}
+
+/* From 64 KiB to 1 MiB sizes round to 4 KiB: a batch of activations
+ * (64 x 784 f32, 196 KiB) comes back for the same rounded size, not for
+ * the next 4 KiB. (Caching these keeps glibc's mmap/trim thresholds from
+ * making such blocks fresh at every step: host_alloc.c.) */
+static void test_medium_blocks_are_reused(void **state) {
+    mpri_host_cache_trim();
+    size_t n = (size_t)64 * 784 * 4, blocks, bytes; /* 200,704 B = 49 pages */
+    void *a = mpri_host_alloc(n);
+    assert_non_null(a);
+    mpri_host_free(a, n);
+    mpri_host_cache_stats(&blocks, &bytes);
+    assert_int_equal(blocks, 1);
+    assert_int_equal(bytes, (size_t)49 << 12);
+    void *b = mpri_host_alloc(n - 3000); /* still 49 pages */
+    assert_ptr_equal(a, b);
+    void *c = mpri_host_alloc(n);
+    mpri_host_free(c, n);
+    void *d = mpri_host_alloc(n + 100); /* 50 pages: not the cached block */
+    assert_ptr_not_equal(d, c);
+    mpri_host_free(b, n - 3000);
+    mpri_host_free(d, n + 100);
     mpri_host_cache_trim();
 }
 
@@ -115,6 +139,7 @@ int main(void) {
         cmocka_unit_test(test_large_blocks_are_reused),
         cmocka_unit_test(test_tensor_storage_uses_cache),
         cmocka_unit_test(test_small_blocks_not_cached),
+        cmocka_unit_test(test_medium_blocks_are_reused),
         cmocka_unit_test(test_full_cache_keeps_the_newest),
         cmocka_unit_test(test_budget_evicts_the_oldest),
     };
