@@ -465,7 +465,7 @@ static void *progress_main(void *unused) {
     int64_t sleep_ns = 10000;
     while (!atomic_load(&prog.stop)) {
         /* Step back while another thread polls: one that waits actively
-         * (sleep in 200 us steps), or one that polled in the last 50 us, e.g.
+         * (nap up to 1 ms, ended by its handoff), or one that polled in the last 50 us, e.g.
          * a caller issuing pipelined calls (sleep 50 us). Two threads polling
          * one rank only fight over the cores and MPI's locks. */
         bool other_active = atomic_load(&prog.active_waiters) > 0;
