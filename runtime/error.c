@@ -6,7 +6,8 @@
  * the code it was given so callers can `return mpr_error_set(...)`, and
  * accepts mpr_last_error() among its arguments. The
  * thread's remote error is valid only while `last_remote_on`: every other
- * way of setting or clearing the thread's error turns it off. */
+ * way of setting or clearing the thread's error turns it off.
+ * mpri_error_save/_restore copy all of it (code, text, remote origin). */
 #include "mpirpc/error.h"
 
 #include <stdarg.h>
@@ -68,6 +69,20 @@ void mpr_error_clear(void) {
     last_detail[0] = '\0';
     last_code = MPR_OK;
     last_remote_on = false;
+}
+
+void mpri_error_save(mpri_error_saved_t *s) {
+    s->code = last_code;
+    s->remote_on = last_remote_on;
+    memcpy(s->detail, last_detail, sizeof s->detail);
+    if (last_remote_on) s->remote = last_remote;
+}
+
+void mpri_error_restore(const mpri_error_saved_t *s) {
+    last_code = s->code;
+    last_remote_on = s->remote_on;
+    memcpy(last_detail, s->detail, sizeof last_detail);
+    if (s->remote_on) last_remote = s->remote;
 }
 
 mpr_err_t mpr_last_error_remote_code(void) {

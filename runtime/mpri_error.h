@@ -21,6 +21,7 @@
 #ifndef MPRI_ERROR_H
 #define MPRI_ERROR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mpirpc/error.h"
@@ -53,6 +54,18 @@ const mpri_remote_error_t *mpri_last_remote_error(void);
  * the thread's last remote error when `code` is MPR_ERR_REMOTE and `message`
  * is that error's very text (a failure passed on as it was read), else NULL. */
 const mpri_remote_error_t *mpri_remote_error_matching(mpr_err_t code, const char *message);
+
+/* The calling thread's whole error (code, text, remote origin), kept aside
+ * while cleanup that may set errors of its own runs, then put back: the
+ * caller reports its own failure, not the cleanup's. */
+typedef struct mpri_error_saved {
+    mpr_err_t code;
+    bool remote_on;
+    char detail[MPR_ERROR_TEXT_MAX];
+    mpri_remote_error_t remote;
+} mpri_error_saved_t;
+void mpri_error_save(mpri_error_saved_t *s);
+void mpri_error_restore(const mpri_error_saved_t *s);
 
 /* Wire: an error reply's body is u32 code, blob text; a remote one then
  * carries u32 origin code, i32 origin rank, i32 hops, blob origin, blob

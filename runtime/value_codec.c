@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_error.h"
 #include "mpri_tensor.h"
 #include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
@@ -634,14 +635,10 @@ static mpr_err_t settle_rec(mpri_reader_t *in, int src_rank, int depth, const ui
 /* Settle what the value at `r` holds from `from` on (reading past it),
  * keeping the thread's last error (the caller reports the decode's). */
 static void settle_from(mpri_reader_t *r, int src_rank, const uint8_t *from) {
-    mpr_err_t code = mpr_last_error_code();
-    char text[MPR_ERROR_TEXT_MAX];
-    snprintf(text, sizeof text, "%s", mpr_last_error());
+    mpri_error_saved_t saved;
+    mpri_error_save(&saved);
     (void)settle_rec(r, src_rank, 0, from);
-    if (code)
-        mpr_error_set(code, "%s", text);
-    else
-        mpr_error_clear();
+    mpri_error_restore(&saved);
 }
 
 mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,

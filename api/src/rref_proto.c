@@ -46,6 +46,7 @@
 
 #include "mpri_assert.h"
 #include "mpri_call.h"
+#include "mpri_error.h"
 #include "mpri_future.h"
 #include "mpri_rref.h"
 #include "mpri_rref_proto.h"
@@ -325,9 +326,8 @@ static mpr_err_t read_wire_form(mpri_reader_t *in, mpri_gid_t *id, int32_t *owne
  * (G2) is let go. Best effort: the messages it sends may fail too. */
 static void settle_fork(mpri_gid_t id, int owner, mpri_gid_t fork, int parent) {
     int self = mpri_rt.rank;
-    mpr_err_t code = mpr_last_error_code(); /* the caller reports its own failure */
-    char text[MPR_ERROR_TEXT_MAX];
-    snprintf(text, sizeof text, "%s", mpr_last_error());
+    mpri_error_saved_t saved; /* the caller reports its own failure */
+    mpri_error_save(&saved);
     if (owner == self && parent == self)
         mpri_owner_del_fork(id, fork); /* added at encode, on this worker */
     else if (owner == self)
@@ -336,10 +336,7 @@ static void settle_fork(mpri_gid_t id, int owner, mpri_gid_t fork, int parent) {
         send_user_delete(owner, id, fork); /* the owner added it at encode */
     else
         mpri_rref_send_child_accept(parent, fork); /* the owner never heard of it */
-    if (code)
-        mpr_error_set(code, "%s", text);
-    else
-        mpr_error_clear();
+    mpri_error_restore(&saved);
 }
 
 static mpr_err_t rref_settle(mpri_reader_t *in, int src_rank, bool undo) {
