@@ -82,6 +82,9 @@ struct mpr_rref {
     bool deleted;      /* no longer usable: released, swept by shutdown, or the runtime stopped;
                         * deleted <=> not in the live-user list */
     bool delete_due;   /* swept while PENDING: the USER_DELETE goes when it leaves PENDING */
+    bool pending_ref;  /* the pending state's reference is held: set while PENDING and cleared,
+                        * under the lock, in the same step that drops it, so that a caller who
+                        * sees CONFIRMED and releases its last reference frees the handle */
     mpr_err_t err;
     char *errmsg;
     struct mpri_remote_error *remote; /* err MPR_ERR_REMOTE: its origin, or NULL */

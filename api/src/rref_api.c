@@ -267,7 +267,9 @@ bool mpr_rref_confirmed_by_owner(const mpr_rref_t *r) {
     if (mpri_rref_check(r, "confirmed_by_owner")) return false;
     if (r->is_owner) return true;
     pthread_mutex_lock(&CTX.lock);
-    bool confirmed = r->state == USER_CONFIRMED;
+    /* confirmed once the confirmation is done, the pending state's reference
+     * dropped included (see pending_ref) */
+    bool confirmed = r->state == USER_CONFIRMED && !r->pending_ref;
     pthread_mutex_unlock(&CTX.lock);
     return confirmed;
 }

@@ -36,7 +36,9 @@
  *   CONFIRMED, FAILED: final.
  *   Orthogonal "deleted" flag (the handle leaves the live-user list):
  *   live --last reference dropped (not PENDING: the pending state holds a
- *     reference) | graceful-shutdown sweep--> deleted: a USER_DELETE goes
+ *     reference, dropped in the locked step that clears pending_ref after
+ *     leaving PENDING; mpr_rref_confirmed_by_owner waits for that step)
+ *     | graceful-shutdown sweep--> deleted: a USER_DELETE goes
  *     to the owner if the owner recorded (or will record) this fork (G1).
  *   A PENDING user swept by shutdown is deleted with delete_due set: its
  *     USER_DELETE goes when it leaves PENDING (confirmed, or failed with the
@@ -200,8 +202,10 @@ static void user_check_locked(const mpr_rref_t *r) {
     MPRI_DEBUG_ASSERT(!r->is_owner && r->magic == MPRI_RREF_MAGIC, "user check on a non-user handle");
     MPRI_DEBUG_ASSERT(r->state == USER_PENDING || r->state == USER_CONFIRMED || r->state == USER_FAILED,
                       "user state out of range");
-    MPRI_DEBUG_ASSERT(r->state != USER_PENDING || (r->ready && atomic_load(&r->refcount) >= 1),
+    MPRI_DEBUG_ASSERT(r->state != USER_PENDING || (r->ready && r->pending_ref),
                       "a PENDING user has its ready future and the pending state's reference");
+    MPRI_DEBUG_ASSERT(!r->pending_ref || atomic_load(&r->refcount) >= 1,
+                      "the pending state's reference is counted");
     MPRI_DEBUG_ASSERT(r->state != USER_CONFIRMED || r->owner_knows, "a CONFIRMED user is known to its owner");
     MPRI_DEBUG_ASSERT(r->deleted == (r->next == NULL && r->prev == NULL),
                       "a user is in the live-user list iff it is not deleted");
@@ -416,6 +420,7 @@ mpr_rref_t *mpri_rref_new_user(mpri_gid_t id, int owner_rank, mpri_gid_t fork, i
             return NULL;
         }
         atomic_fetch_add(&r->refcount, 1); /* held by the pending state */
+        r->pending_ref = true;
     }
     MPRI_ASSERT(state == USER_PENDING || state == USER_CONFIRMED, "a new user is PENDING or CONFIRMED");
     pthread_mutex_lock(&CTX.lock);
@@ -463,14 +468,9 @@ static bool runtime_alive(void) {
     return s == MPRI_RUNNING || s == MPRI_STOPPING;
 }
 
-void mpr_rref_release(mpr_rref_t *r) {
-    if (!r) return;
-    if (r->magic != MPRI_RREF_MAGIC) {
-        fprintf(stderr, "mpirpc: mpr_rref_release: %s (ignored)\n",
-                r->magic == MPRI_RREF_DEAD ? "RRef released twice" : "not an RRef");
-        return;
-    }
-    if (atomic_fetch_sub(&r->refcount, 1) != 1) return;
+/* The last reference went: an owner handle drops its record; a user is
+ * unlinked (live -> deleted) and its owner told. */
+static void release_last(mpr_rref_t *r) {
     if (r->is_owner) {
         mpri_owner_release(r->owner);
         r->owner = NULL;
@@ -478,7 +478,7 @@ void mpr_rref_release(mpr_rref_t *r) {
         return;
     }
     pthread_mutex_lock(&CTX.lock);
-    MPRI_ASSERT(r->state != USER_PENDING, "a PENDING user lost the pending state's reference");
+    MPRI_ASSERT(r->state != USER_PENDING && !r->pending_ref, "a PENDING user lost the pending state's reference");
     bool send = false;
     if (!r->deleted) { /* live -> deleted (else the sweep already deleted it) */
         users_unlink_locked(r);
@@ -490,6 +490,16 @@ void mpr_rref_release(mpr_rref_t *r) {
     pthread_mutex_unlock(&CTX.lock);
     if (send && runtime_alive()) send_user_delete(r);
     handle_free(r);
+}
+
+void mpr_rref_release(mpr_rref_t *r) {
+    if (!r) return;
+    if (r->magic != MPRI_RREF_MAGIC) {
+        fprintf(stderr, "mpirpc: mpr_rref_release: %s (ignored)\n",
+                r->magic == MPRI_RREF_DEAD ? "RRef released twice" : "not an RRef");
+        return;
+    }
+    if (atomic_fetch_sub(&r->refcount, 1) == 1) release_last(r);
 }
 
 static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *message) {
@@ -516,8 +526,20 @@ static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *
     user_check_locked(r);
     pthread_mutex_unlock(&CTX.lock);
     if (send_delete) send_user_delete(r);
-    mpri_future_complete(r->ready, MPR_OK, NULL, NULL);
-    mpr_rref_release(r); /* the pending state's reference */
+    /* Drop the pending state's reference in the step that clears pending_ref
+     * (mpr_rref_confirmed_by_owner reads it under the lock), before the
+     * ready future completes: whoever saw CONFIRMED (or woke on ready) and
+     * released its last reference frees the handle, so a later use reports
+     * "used after release". r may be freed once the lock is left. */
+    mpr_future_t *ready = mpr_future_retain(r->ready);
+    pthread_mutex_lock(&CTX.lock);
+    MPRI_ASSERT(r->pending_ref, "a user left PENDING twice");
+    r->pending_ref = false;
+    bool last = atomic_fetch_sub(&r->refcount, 1) == 1;
+    pthread_mutex_unlock(&CTX.lock);
+    if (last) release_last(r);
+    mpri_future_complete(ready, MPR_OK, NULL, NULL);
+    mpr_future_release(ready);
     return true;
 }
 
