@@ -7,8 +7,10 @@
  * - A kind's handler is installed once (mpri_set_handler); installing a
  *   different one over it is a bug in the layer above (MPRI_ASSERT).
  * - Every message given to mpri_dispatch is finished exactly once: by its
- *   handler (which calls mpri_msg_done), or here when it is a reply, has no
- *   handler, or cannot be queued.
+ *   handler (which calls mpri_msg_done), or here when it is a reply or has
+ *   no handler, or by its kind's reject handler (else here) when it cannot
+ *   be queued or the pool stops before running it: a request that does not
+ *   run still settles the RRef forks it carries.
  * - A reply whose request is no longer pending (timed out, failed) is
  *   dropped: mpri_pending_take hands each future out once.
  * - Dispatch never blocks: it runs in the progress context. */
@@ -28,6 +30,7 @@
 typedef struct {
     mpri_msg_handler_t fn;
     bool run_inline;
+    mpri_msg_reject_t reject; /* optional: settles a request that will not run */
 } handler_entry_t;
 
 /* Written before mpr_init (by the layers' init), read afterwards. */
@@ -39,8 +42,31 @@ mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline) {
     handler_entry_t *h = &handlers[kind];
     MPRI_ASSERT(!h->fn || (h->fn == fn && h->run_inline == run_inline),
                 "a different handler is already installed for this message kind");
-    *h = (handler_entry_t){fn, run_inline};
+    h->fn = fn;
+    h->run_inline = run_inline;
     return MPR_OK;
+}
+
+mpr_err_t mpri_set_reject_handler(int kind, mpri_msg_reject_t reject) {
+    if (kind < 0 || kind >= MPRI_MSG_KIND_COUNT || !reject)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "mpri_set_reject_handler: bad kind %d or NULL function", kind);
+    handler_entry_t *h = &handlers[kind];
+    MPRI_ASSERT(!h->reject || h->reject == reject,
+                "a different reject handler is already installed for this message kind");
+    h->reject = reject;
+    return MPR_OK;
+}
+
+/* A request that will not reach its handler: its kind settles it (or it is
+ * answered with the error), and it is finished. */
+static void reject_request(mpri_msg_t *msg, mpr_err_t code, const char *text, bool reply) {
+    mpri_msg_reject_t reject = handlers[msg->hdr.kind].reject;
+    if (reject) {
+        reject(msg, code, text, reply);
+        return;
+    }
+    if (reply) mpri_reply_error(msg, code, text);
+    mpri_msg_done(msg);
 }
 
 static void (*reply_value_hook)(const mpri_msg_t *msg, mpr_value_t *v);
@@ -156,7 +182,10 @@ static void complete_observed(mpri_msg_t *msg) {
                        msg->src, msg->wire_bytes);
 }
 
-static void drop_handler_task(void *arg) { mpri_msg_done(arg); }
+/* The pool stopped before a worker ran the request: nothing is sent now. */
+static void drop_handler_task(void *arg) {
+    reject_request(arg, MPR_ERR_SHUTDOWN, "the runtime stopped before a worker ran the request", false);
+}
 
 void mpri_dispatch(mpri_msg_t *msg) {
     if (mpri_observing(MPRI_OBSERVE_TRACE | MPRI_OBSERVE_STATS)) {
@@ -193,7 +222,9 @@ void mpri_dispatch(mpri_msg_t *msg) {
         return;
     }
     if (mpri_pool_submit(run_handler_task, drop_handler_task, msg) != MPR_OK) {
-        mpri_reply_error(msg, MPR_ERR_NOMEM, "out of memory queueing the request for the worker pool");
-        mpri_msg_done(msg);
+        char text[MPR_ERROR_TEXT_MAX];
+        snprintf(text, sizeof text, "On %s: out of memory queueing the request for the worker pool",
+                 mpri_rt.workers[mpri_rt.rank].name);
+        reject_request(msg, MPR_ERR_NOMEM, text, true);
     }
 }

@@ -8,6 +8,7 @@
 #ifndef MPRI_POOL_H
 #define MPRI_POOL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "mpirpc/error.h"
@@ -22,6 +23,9 @@ void mpri_pool_stop(void);
 /* Queue `fn(arg)`. `drop(arg)` (may be NULL) is called instead of `fn` if the
  * pool stops before running it. Returns MPR_ERR_NOMEM if the queue cannot grow. */
 mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg);
+/* Fault injection for tests: while positive, each submit fails with
+ * MPR_ERR_NOMEM (as when the queue cannot grow) and decrements it. */
+extern atomic_int mpri_pool_fail_submits;
 
 /* How an idle worker polls the runtime (progress.c installs it; the pool
  * knows nothing of progress): enter/leave bracket a polling stretch, poll

@@ -146,6 +146,16 @@ typedef void (*mpri_msg_handler_t)(mpri_msg_t *msg);
  * format's kinds or a NULL handler; installing a different handler over an
  * installed one is a bug (MPRI_ASSERT). */
 mpr_err_t mpri_set_handler(int kind, mpri_msg_handler_t fn, bool run_inline);
+/* A pool-run request kind's rejection: `msg` will not reach its handler (the
+ * pool could not queue it, or the runtime stopped before a worker ran it).
+ * The kind settles what the request carries as a failed request would (the
+ * RRef forks among its arguments, the owner record a REMOTE_CALL creates),
+ * replies `code` and `text` when `reply` (not at a stop: nothing is sent
+ * then) and finishes the message (mpri_msg_done). Installed once per kind,
+ * before mpr_init; kinds without one are answered with the error and
+ * finished. */
+typedef void (*mpri_msg_reject_t)(mpri_msg_t *msg, mpr_err_t code, const char *text, bool reply);
+mpr_err_t mpri_set_reject_handler(int kind, mpri_msg_reject_t reject);
 /* Run `fn` on request `msg` as its handler (consumes msg): traced, the run is
  * the request's "handle" slice, where its call arrow ends. For a handler that
  * hands a request on (its own queue, a pool task): call this where the

@@ -141,7 +141,12 @@ static void *worker_main(void *unused) {
     }
 }
 
+atomic_int mpri_pool_fail_submits;
+
 mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg) {
+    if (atomic_load_explicit(&mpri_pool_fail_submits, memory_order_relaxed) > 0 &&
+        atomic_fetch_sub(&mpri_pool_fail_submits, 1) > 0)
+        return mpr_error_set(MPR_ERR_NOMEM, "worker pool: cannot grow the task queue (injected)");
     pthread_mutex_lock(&pool.lock);
     if (pool.len == pool.cap) {
         size_t cap = pool.cap ? pool.cap * 2 : 256;

@@ -9,7 +9,11 @@
  * arguments, the kind's state and the hook state until finish() has replied,
  * settled and freed them. An async function's message is kept until its
  * future completes, without holding a thread; a call whose arguments carry
- * RRefs not yet confirmed runs as a continuation of their confirmation. */
+ * RRefs not yet confirmed runs as a continuation of their confirmation.
+ * A request that will not run (mpri_call_reject: the pool could not queue
+ * it, the runtime stopped first, its state could not be allocated) is
+ * settled without decoding: its kind's fields as a failed call, the RRefs
+ * among its arguments through mpri_value_settle. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +207,30 @@ static void run_when_ready(mpr_future_t *ready, void *arg) {
     run(arg);
 }
 
+/* A request that will not run: the kind's fields are read and settled as a
+ * failed call settles them (settle with no outcome: out of memory), and the
+ * arguments are read past without decoding, their RRefs settled
+ * (mpri_value_settle), so no fork is left waiting. Allocates nothing for the
+ * arguments. */
+void mpri_call_reject(mpri_msg_t *msg, const mpri_call_kind_t *kind, mpr_err_t code, const char *text,
+                      bool reply) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    uint16_t name_len = 0;
+    char name[MPRI_MAX_FUNCTION_NAME + 1];
+    void *state = NULL;
+    mpri_error_saved_t saved;
+    mpri_error_save(&saved);
+    if (!mpri_read_u16(&r, &name_len) && name_len <= MPRI_MAX_FUNCTION_NAME && !mpri_read(&r, name, name_len) &&
+        kind->read_fields(&r, msg, &state) == MPR_OK) {
+        mpri_value_settle(&r, msg->src);
+        kind->settle(state, NULL);
+    }
+    mpri_error_restore(&saved);
+    if (reply) mpri_reply_error(msg, code, text);
+    mpri_msg_done(msg);
+}
+
 void mpri_call_handle(mpri_msg_t *msg, const mpri_call_kind_t *kind) {
     mpri_reader_t r;
     mpri_reader_init(&r, msg->body, msg->hdr.body_len);
@@ -212,11 +240,14 @@ void mpri_call_handle(mpri_msg_t *msg, const mpri_call_kind_t *kind) {
     mpr_err_t e = MPR_OK;
     if (mpri_read_u16(&r, &name_len) || name_len > MPRI_MAX_FUNCTION_NAME || mpri_read(&r, name, name_len))
         e = MPR_ERR_DECODE;
-    else if (!(c = calloc(1, sizeof *c)))
-        e = mpr_error_set(MPR_ERR_NOMEM, "out of memory");
-    else
+    else if (!(c = calloc(1, sizeof *c))) {
+        char text[MPR_ERROR_TEXT_MAX];
+        snprintf(text, sizeof text, "On %s: cannot take %s: out of memory", self_name(), kind->what);
+        mpri_call_reject(msg, kind, MPR_ERR_NOMEM, text, true);
+        return;
+    } else
         e = kind->read_fields(&r, msg, &c->kind_state);
-    if (e) { /* nothing to settle: answer and stop */
+    if (e) { /* malformed, or the kind's fields could not be taken: nothing to settle */
         char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "On %s: %s %s: %s", self_name(), e == MPR_ERR_DECODE ? "malformed" : "cannot take",
                  kind->what, mpr_last_error());
@@ -273,4 +304,11 @@ static const mpri_call_kind_t call_kind = {"call", MPRI_MSG_RETURN, call_read_fi
 
 static void handle_call(mpri_msg_t *msg) { mpri_call_handle(msg, &call_kind); }
 
-mpr_err_t mpri_call_install(void) { return mpri_set_handler(MPRI_MSG_CALL, handle_call, false); }
+static void reject_call(mpri_msg_t *msg, mpr_err_t code, const char *text, bool reply) {
+    mpri_call_reject(msg, &call_kind, code, text, reply);
+}
+
+mpr_err_t mpri_call_install(void) {
+    mpr_err_t e = mpri_set_handler(MPRI_MSG_CALL, handle_call, false);
+    return e ? e : mpri_set_reject_handler(MPRI_MSG_CALL, reject_call);
+}

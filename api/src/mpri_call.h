@@ -52,6 +52,14 @@ typedef struct mpri_call_kind {
 /* Handle incoming `msg` of `kind` along the one path above. Consumes `msg`. */
 void mpri_call_handle(mpri_msg_t *msg, const mpri_call_kind_t *kind);
 
+/* `msg` of `kind` will not run (the pool could not queue it, the runtime
+ * stopped first, or its per-call state could not be allocated): settle its
+ * kind's fields (settle with no outcome) and the RRefs among its arguments
+ * without decoding them, reply `code`/`text` when `reply`, finish it.
+ * Consumes `msg`; keeps the thread's last error. */
+void mpri_call_reject(mpri_msg_t *msg, const mpri_call_kind_t *kind, mpr_err_t code, const char *text,
+                      bool reply);
+
 /* ---- hooks: where distributed autograd plugs in ----
  * At most one set is installed (by the autograd layer's init, before
  * mpr_init starts the runtime). Every member may be NULL. `state` is the

@@ -49,6 +49,11 @@ static const mpri_call_kind_t remote_call_kind = {"remote call", MPRI_MSG_REMOTE
 
 static void handle_remote_call(mpri_msg_t *msg) { mpri_call_handle(msg, &remote_call_kind); }
 
+static void reject_remote_call(mpri_msg_t *msg, mpr_err_t code, const char *text, bool reply) {
+    mpri_call_reject(msg, &remote_call_kind, code, text, reply);
+}
+
 mpr_err_t mpri_remote_call_install(void) {
-    return mpri_set_handler(MPRI_MSG_REMOTE_CALL, handle_remote_call, false);
+    mpr_err_t e = mpri_set_handler(MPRI_MSG_REMOTE_CALL, handle_remote_call, false);
+    return e ? e : mpri_set_reject_handler(MPRI_MSG_REMOTE_CALL, reject_remote_call);
 }

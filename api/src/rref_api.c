@@ -26,6 +26,7 @@
 typedef struct {
     mpr_rref_t *user;    /* creator handle on a remote owner, or NULL */
     mpri_owner_t *owner; /* remote on self: the local record */
+    bool left;           /* the REMOTE_CALL left (mpri_outmsg_t.left) */
 } creation_t;
 
 static void creation_done(mpr_future_t *f, void *arg) {
@@ -35,7 +36,11 @@ static void creation_done(mpr_future_t *f, void *arg) {
         if (e == MPR_OK) {
             mpri_rref_user_confirm(c->user);
         } else {
-            if (e == MPR_ERR_MPI || e == MPR_ERR_NOMEM) { /* never reached the owner: nothing to delete */
+            /* Never reached the owner: nothing to delete. Any answer from the
+             * owner, errors included (out of memory there too), means it
+             * recorded the fork: a request it could not run is settled there
+             * (mpri_call_reject) as a failed call is. */
+            if (!c->left || e == MPR_ERR_MPI) {
                 pthread_mutex_lock(&CTX.lock);
                 c->user->owner_knows = false;
                 pthread_mutex_unlock(&CTX.lock);
@@ -103,6 +108,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     snprintf(label, sizeof label, "remote '%.60s'", fn);
     atomic_fetch_add(&CTX.unacked_ctrl_msgs, 1);
     mpr_future_t *f = mpri_request(rank, &m, timeout_s, label);
+    c->left = m.left;
     mpri_rref_encode_end(mark, m.left);
     if (!f) {
         mpr_future_t *failed = mpr_future_create();

@@ -1,9 +1,10 @@
 /* test_rref_wire.c — RRef messages built by hand: malformed bodies and RRef
  * values are rejected with a clear error (never a crash), and repeated fork
  * requests are idempotent, and the RRefs of a message whose decode fails part
- * way are settled. Run with 2 ranks; rank 0 sends to rank 1. */
+ * way, or that the callee's pool cannot queue, are settled. Run with 2 ranks; rank 0 sends to rank 1. */
 #include "mpri_rref.h"
 #include "mpri_codec.h"
+#include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "rref_test_util.h"
 
@@ -144,13 +145,71 @@ static void test_failed_decode_settles_forks(void) {
     CHECK(d.rref_owners == 0);
 }
 
+/* On rank 1, by RPC: the next `n` worker-pool submits fail as when the
+ * queue cannot grow (mpri_pool_fail_submits). */
+static mpr_err_t fn_fail_pool_submits(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    int64_t n = 0;
+    mpr_err_t e = mpr_value_get_int(mpr_value_list_get(args, 0), &n);
+    if (e) return e;
+    atomic_store(&mpri_pool_fail_submits, (int)n);
+    *result = mpr_value_new_none();
+    return MPR_OK;
+}
+
+static void fail_next_pool_submit_on_1(void) {
+    mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_int(1)), *v = NULL;
+    CHECK_OK(mpr_rpc_sync(mpr_to_rank(1), "fail_pool_submits", a, 10, &v));
+    mpr_value_release(v);
+    mpr_value_release(a);
+}
+
+static void wait_no_owner_here(void) {
+    mpr_debug_info_t d;
+    double t0 = now_s();
+    do {
+        usleep(1000);
+        CHECK_OK(mpr_get_debug_info(&d));
+    } while ((d.rref_owners != 0 || d.rref_unacked_ctrl_msgs != 0) && now_s() - t0 < 20);
+    if (d.rref_owners != 0) fprintf(stderr, "[rank 0] the owner record stayed: a fork was not settled\n");
+    CHECK(d.rref_owners == 0);
+}
+
+/* A request the callee's pool cannot queue never runs, but settles what it
+ * carries: the fork of an RRef argument (CALL), and for a REMOTE_CALL also
+ * the owner record of the RRef it would have made (its user fails with the
+ * error and its delete then finds a record to remove, not a tombstone). */
+static void test_rejected_request_settles_forks(void) {
+    if (rank != 0) return;
+    mpr_value_t *v = mpr_value_new_int(3);
+    mpr_rref_t *r = mpr_rref_create_local(v);
+    mpr_value_release(v);
+    CHECK(r != NULL);
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_rref(r));
+    fail_next_pool_submit_on_1();
+    v = NULL;
+    CHECK_ERR(mpr_rpc_sync(mpr_to_rank(1), "echo", args, 10, &v), MPR_ERR_NOMEM);
+    CHECK_CONTAINS(mpr_last_error(), "out of memory queueing the request");
+    fail_next_pool_submit_on_1();
+    mpr_rref_t *made = mpr_remote(mpr_to_rank(1), "echo", args, 10);
+    CHECK(made != NULL);
+    CHECK_ERR(mpr_rref_to_here(made, 10, &v), MPR_ERR_NOMEM);
+    mpr_rref_release(made);
+    mpr_value_release(args);
+    mpr_rref_release(r);
+    wait_no_owner_here();   /* r: both forks sent to rank 1 were settled */
+    wait_owner_state(1, 0, 0); /* the failed creation's record went with its delete */
+}
+
 int main(int argc, char **argv) {
     register_common();
+    CHECK_OK(mpr_register_function("fail_pool_submits", fn_fail_pool_submits, NULL));
     init_runtime(&argc, &argv, 2);
     CHECK(size == 2);
     RUN_TEST(test_malformed);
     RUN_TEST(test_idempotent_fork_request);
     RUN_TEST(test_failed_decode_settles_forks);
+    RUN_TEST(test_rejected_request_settles_forks);
     MPITEST_REPORT();
     CHECK_OK(mpr_shutdown(true));
     mpr_debug_info_t d;
