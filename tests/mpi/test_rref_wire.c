@@ -107,6 +107,19 @@ static void test_idempotent_fork_request(void) {
     wait_owner_state(1, 0, 0); /* one delete removed the thrice-requested fork */
 }
 
+/* Rank 0 holds no owner record and no unacknowledged control message
+ * (within 20 s). */
+static void wait_no_owner_here(void) {
+    mpr_debug_info_t d;
+    double t0 = now_s();
+    do {
+        usleep(1000);
+        CHECK_OK(mpr_get_debug_info(&d));
+    } while ((d.rref_owners != 0 || d.rref_unacked_ctrl_msgs != 0) && now_s() - t0 < 20);
+    if (d.rref_owners != 0) fprintf(stderr, "[rank 0] the owner record stayed: a fork was not settled\n");
+    CHECK(d.rref_owners == 0);
+}
+
 /* A call whose arguments fail to decode part way settles every RRef they
  * carry: [r, bool 2, r] reaches rank 1 as a user of rank 0's r twice; the
  * first is decoded and released when the bool fails, the second is never
@@ -135,14 +148,7 @@ static void test_failed_decode_settles_forks(void) {
     mpri_buf_fini(&b);
     mpr_value_release(args);
     mpr_rref_release(r);
-    mpr_debug_info_t d;
-    double t0 = now_s();
-    do {
-        usleep(1000);
-        CHECK_OK(mpr_get_debug_info(&d));
-    } while ((d.rref_owners != 0 || d.rref_unacked_ctrl_msgs != 0) && now_s() - t0 < 20);
-    if (d.rref_owners != 0) fprintf(stderr, "[rank 0] the owner record stayed: a fork was not settled\n");
-    CHECK(d.rref_owners == 0);
+    wait_no_owner_here();
 }
 
 /* On rank 1, by RPC: the next `n` worker-pool submits fail as when the
@@ -162,17 +168,6 @@ static void fail_next_pool_submit_on_1(void) {
     CHECK_OK(mpr_rpc_sync(mpr_to_rank(1), "fail_pool_submits", a, 10, &v));
     mpr_value_release(v);
     mpr_value_release(a);
-}
-
-static void wait_no_owner_here(void) {
-    mpr_debug_info_t d;
-    double t0 = now_s();
-    do {
-        usleep(1000);
-        CHECK_OK(mpr_get_debug_info(&d));
-    } while ((d.rref_owners != 0 || d.rref_unacked_ctrl_msgs != 0) && now_s() - t0 < 20);
-    if (d.rref_owners != 0) fprintf(stderr, "[rank 0] the owner record stayed: a fork was not settled\n");
-    CHECK(d.rref_owners == 0);
 }
 
 /* A request the callee's pool cannot queue never runs, but settles what it
