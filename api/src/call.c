@@ -192,10 +192,14 @@ static void run(in_call_t *c) {
         c->hooked = true;
     }
     mpr_future_t *f = invoke(c->fn, &mpri_rt.workers[c->msg->src], c->args, c->hook_state);
-    mpr_value_release(c->args); /* the function had them borrowed */
-    c->args = NULL;
     if (!f) return finish(c, NULL);
-    if (mpr_future_done(f)) return function_done(f, c); /* sync functions: no callback to allocate */
+    /* Sync functions: no callback to allocate; the reply goes before the
+     * arguments are released (finish), since releasing an RRef argument
+     * sends its USER_DELETE, and sent first it delayed every such reply
+     * (rref_arg_fork 1.1-1.2x d7c3197, which replied first). */
+    if (mpr_future_done(f)) return function_done(f, c);
+    mpr_value_release(c->args); /* an async function had them borrowed: not kept while it runs */
+    c->args = NULL;
     if (mpri_future_on_complete(f, function_done, c) != MPR_OK) { /* out of memory: wait here */
         mpr_future_wait(f, MPR_WAIT_FOREVER);
         function_done(f, c);
