@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_simd_math.h"
 #include "mpri_kernels.h"
 
 void mpri_iter_init(mpri_iter_t *it, int ndim, const int64_t *shape, int nops,

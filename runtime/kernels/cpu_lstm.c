@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cpu_simd_math.h"
 #include "kernels/mpri_nn_kernels.h"
 
 #define MPRI_KERNEL_BODY "cpu_lstm_impl.h"
