@@ -20,6 +20,15 @@
  * after that), so the cache follows the sizes in use now. One mutex guards it; mpri_host_cache_trim
  * empties it.
  *
+ * Blocks of 1 MiB and more are this file's own anonymous mappings,
+ * prefaulted when made (MAP_POPULATE, or MADV_POPULATE_WRITE), and from
+ * 2 MiB aligned to 2 MiB and marked MADV_HUGEPAGE (transparent huge pages;
+ * MPIRPC_HOST_HUGEPAGES=0 turns that off). On the development VM a demand
+ * fault costs ~10 us a 4 KiB page: a fresh 1 MiB block took 2.6 ms to
+ * allocate and fill, 0.47 ms prefaulted; 16 MiB 45 ms, 0.73 ms prefaulted
+ * on huge pages; 64 MiB 188 ms, 5.5 ms. A kernel without the madvise
+ * requests just ignores them (demand faults as before).
+ *
  * Invariants: a cached block is owned by the cache alone until handed out;
  * blocks are matched by their rounded size (a multiple of 64 B below
  * 64 KiB, of 4 KiB up to 1 MiB, of 64 KiB from 1 MiB: at most 1/16 more
@@ -30,11 +39,16 @@
 #include "mpri_host_alloc.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #define CACHE_MIN ((size_t)64 << 10)
 #define COARSE_MIN ((size_t)1 << 20) /* from here sizes round to 64 KiB, below to 4 KiB */
+#define MAP_MIN COARSE_MIN           /* from here blocks are own mappings (map_block) */
+#define HUGE_PAGE ((size_t)2 << 20)
 #define CACHE_SLOTS 64
 
 static struct {
@@ -63,6 +77,43 @@ static size_t budget_locked(void) {
     return cache.budget;
 }
 
+static bool hugepages_wanted(void) {
+    static int wanted = -1; /* read once; a race reads the same value twice */
+    if (wanted < 0) {
+        const char *env = getenv("MPIRPC_HOST_HUGEPAGES");
+        wanted = !(env && !strcmp(env, "0"));
+    }
+    return wanted;
+}
+
+/* A prefaulted anonymous mapping of r bytes (a multiple of 64 KiB, >= MAP_MIN). */
+static void *map_block(size_t r) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_WRITE)
+    if (r >= HUGE_PAGE && hugepages_wanted()) { /* map more, keep the 2 MiB-aligned part, then fault it in */
+        size_t len = r + HUGE_PAGE;
+        char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        char *a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (a > p) munmap(p, (size_t)(a - p));
+        if (p + len > a + r) munmap(a + r, (size_t)(p + len - (a + r)));
+        (void)madvise(a, r, MADV_HUGEPAGE);       /* advice: refused where THP is off */
+        (void)madvise(a, r, MADV_POPULATE_WRITE); /* an older kernel: demand faults instead */
+        return a;
+    }
+#endif
+    void *p = mmap(NULL, r, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Give a block of rounded size r back to the system. */
+static void release_block(void *p, size_t r) {
+    if (!p) return;
+    if (r >= MAP_MIN)
+        munmap(p, r);
+    else
+        free(p);
+}
+
 void *mpri_host_alloc(size_t nbytes) {
     size_t r = rounded(nbytes);
     if (r >= CACHE_MIN) {
@@ -80,7 +131,7 @@ void *mpri_host_alloc(size_t nbytes) {
         }
         pthread_mutex_unlock(&cache.lock);
     }
-    return aligned_alloc(64, r);
+    return r >= MAP_MIN ? map_block(r) : aligned_alloc(64, r);
 }
 
 void mpri_host_free(void *p, size_t nbytes) {
@@ -89,6 +140,7 @@ void mpri_host_free(void *p, size_t nbytes) {
     if (r >= CACHE_MIN) {
         pthread_mutex_lock(&cache.lock);
         void *evicted = NULL;
+        size_t evicted_size = 0;
         if (r <= budget_locked()) {
             int slot = -1;
             for (int i = 0; i < CACHE_SLOTS && slot < 0; i++)
@@ -97,6 +149,7 @@ void mpri_host_free(void *p, size_t nbytes) {
                 slot = cache.next_evict;
                 cache.next_evict = (cache.next_evict + 1) % CACHE_SLOTS;
                 evicted = cache.block[slot];
+                evicted_size = cache.size[slot];
                 cache.total -= cache.size[slot];
                 cache.block[slot] = NULL;
             }
@@ -104,7 +157,7 @@ void mpri_host_free(void *p, size_t nbytes) {
                 int j = cache.next_evict;
                 cache.next_evict = (cache.next_evict + 1) % CACHE_SLOTS;
                 if (cache.block[j]) {
-                    free(cache.block[j]);
+                    release_block(cache.block[j], cache.size[j]);
                     cache.total -= cache.size[j];
                     cache.block[j] = NULL;
                 }
@@ -114,12 +167,12 @@ void mpri_host_free(void *p, size_t nbytes) {
             cache.freed_at[slot] = ++cache.clock;
             cache.total += r;
             pthread_mutex_unlock(&cache.lock);
-            free(evicted);
+            release_block(evicted, evicted_size);
             return;
         }
         pthread_mutex_unlock(&cache.lock);
     }
-    free(p);
+    release_block(p, r);
 }
 
 void mpri_host_cache_stats(size_t *blocks, size_t *bytes) {
@@ -134,7 +187,7 @@ void mpri_host_cache_stats(size_t *blocks, size_t *bytes) {
 void mpri_host_cache_trim(void) {
     pthread_mutex_lock(&cache.lock);
     for (int i = 0; i < CACHE_SLOTS; i++) {
-        free(cache.block[i]);
+        release_block(cache.block[i], cache.size[i]);
         cache.block[i] = NULL;
     }
     cache.total = 0;

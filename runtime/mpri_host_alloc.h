@@ -1,11 +1,13 @@
 /* mpri_host_alloc.h — CPU memory for tensor storages, with a small cache of
  * large blocks (not installed).
  *
- * Fresh multi-megabyte allocations come from mmap and pay a page fault per
- * 4 KiB on first touch; a receive of a 64 MiB tensor would spend as long
- * faulting as copying. Freed blocks of at least 64 KiB are kept (up to
- * 64 blocks, 512 MiB in all, or MPIRPC_HOST_CACHE_MB; the oldest go first)
- * and handed out again for the same rounded size. */
+ * Fresh multi-megabyte allocations would pay a page fault per 4 KiB on
+ * first touch; a receive of a 64 MiB tensor would spend as long faulting as
+ * copying. So blocks of 1 MiB and more are mapped prefaulted (on
+ * transparent huge pages from 2 MiB; MPIRPC_HOST_HUGEPAGES=0: not), and
+ * freed blocks of at least 64 KiB are kept (up to 64 blocks, 512 MiB in
+ * all, or MPIRPC_HOST_CACHE_MB; the oldest go first) and handed out again
+ * for the same rounded size. */
 #ifndef MPRI_HOST_ALLOC_H
 #define MPRI_HOST_ALLOC_H
 
