@@ -36,7 +36,9 @@
  * its validation error against simulation steps as a PNG; one JSON summary
  * line on stdout from rank 0 (counts of samples sent, received, trained,
  * held out, skipped, failed, per learner; steps/s, bytes/s and the time
- * loop's CPU time of the simulation; the final field's checksum, the same
+ * loop's CPU time of the simulation, and apart from them the drain after the
+ * loop (drain_s: the last replies and "done"); the learners' time on samples
+ * and on validation; the final field's checksum, the same
  * for every decomposition). Exit status 0 when every sample sent was
  * received and trained on or held out, 1 otherwise, 2 for bad options. */
 #include <cjson/cJSON.h>
@@ -65,7 +67,7 @@ static const char *summary =
 
 typedef struct config {
     int64_t nx, ny, steps, every, learners, max_inflight, inbox, progress_pu;
-    int64_t channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every;
+    int64_t channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every, val_cells;
     double r, q, lr;
     bool no_stream, share;
     const char *when_full, *thread_level, *field, *decomp;
@@ -75,7 +77,7 @@ typedef struct config {
 static void parse(int argc, char **argv, config_t *c) {
     *c = (config_t){.nx = 512, .ny = 512, .steps = 400, .every = 20, .learners = 1, .max_inflight = 4, .inbox = 4,
                     .progress_pu = -1, .channels = 8, .crop = 16, .batch = 16, .steps_per_sample = 8, .replay = 8,
-                    .holdout = 5, .val_keep = 4, .eval_every = 25, .r = 0.2, .q = 0.05, .lr = 0.01, .when_full = "wait",
+                    .holdout = 5, .val_keep = 4, .eval_every = 25, .val_cells = 16384, .r = 0.2, .q = 0.05, .lr = 0.01, .when_full = "wait",
                     .thread_level = "multiple", .decomp = "auto"};
     app_option_t opts[] = {
         {"nx", APP_OPT_INT, &c->nx, 4, 1 << 16, NULL, "grid columns"},
@@ -108,6 +110,8 @@ static void parse(int argc, char **argv, config_t *c) {
         {"holdout", APP_OPT_INT, &c->holdout, 2, 1e6, NULL, "hold out one of every N sampled steps"},
         {"val-keep", APP_OPT_INT, &c->val_keep, 1, 1 << 16, NULL, "held-out samples kept for validation"},
         {"eval-every", APP_OPT_INT, &c->eval_every, 1, 1e9, NULL, "Adam steps between validations"},
+        {"val-cells", APP_OPT_INT, &c->val_cells, 0, 1e9, NULL,
+         "validate (and scale) on every s-th row and column of a block, s the largest leaving this many cells (0: all)"},
         {"lr", APP_OPT_DOUBLE, &c->lr, 0, 10, NULL, "Adam learning rate"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
@@ -128,7 +132,7 @@ static int thread_level(const char *name) {
 
 /* What every rank contributes to the summary (summed, or max for the times). */
 enum { N_SENT, N_ACKED, N_FAILED, N_SKIPPED, N_BYTES, N_WAITS, N_RECEIVED, N_TRAINED, N_HELD, N_ADAM, N_COUNTS };
-enum { T_SIM, T_WAIT, T_TRAIN, T_FIRST_ERR, T_FINAL_ERR, T_SIM_CPU, N_TIMES };
+enum { T_SIM, T_WAIT, T_TRAIN, T_FIRST_ERR, T_FINAL_ERR, T_SIM_CPU, T_BUSY, T_VALIDATE, T_DRAIN, N_TIMES };
 
 /* CPU seconds of the calling thread (the simulation's time loop, without mpirpc's threads). */
 static double thread_cpu_s(void) {
@@ -261,6 +265,10 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
             fprintf(stderr, "insitu_heat: sim %d: %s\n", h->rank, mpr_last_error());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        if (streamer_prepare(stream, h->rows + 2, h->cols + 2)) { /* the window's buffers, before the time loop */
+            fprintf(stderr, "insitu_heat: sim %d: %s\n", h->rank, mpr_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
     }
     app_progress_t *bar = NULL;
     if (h->rank == 0)
@@ -278,15 +286,20 @@ static void run_simulation(run_state_t *st, MPI_Comm sim_comm) {
         }
         if (bar) app_progress_update(bar, step + 1, 0, 1, NAN);
     }
+    /* the time loop's figures; the drain after it (waiting for the learner to
+     * take the last samples) is measured apart: the host could overlap it with
+     * its own end of run (output, checkpoints) */
+    double t_sim = MPI_Wtime() - t0, cpu_sim = thread_cpu_s() - cpu0, t_drain = MPI_Wtime();
     if (stream && streamer_finish(stream)) { /* mpirpc: the last replies, then "done" */
         fprintf(stderr, "insitu_heat: sim %d: telling the learner we are done: %s\n", h->rank, mpr_last_error());
         st->failed = true;
     }
-    double t_sim = MPI_Wtime() - t0, cpu_sim = thread_cpu_s() - cpu0;
+    t_drain = MPI_Wtime() - t_drain;
     if (bar) app_progress_finish(bar);
     app_progress_destroy(bar);
     MPI_Allreduce(&t_sim, &st->times[T_SIM], 1, MPI_DOUBLE, MPI_MAX, sim_comm);
     MPI_Allreduce(&cpu_sim, &st->times[T_SIM_CPU], 1, MPI_DOUBLE, MPI_MAX, sim_comm);
+    MPI_Allreduce(&t_drain, &st->times[T_DRAIN], 1, MPI_DOUBLE, MPI_MAX, sim_comm);
     heat_checksum(h, &st->checksum, &st->field_sum);
     st->decomp = heat_decomp_name(h->decomp), st->dims[0] = h->py, st->dims[1] = h->px;
     st->residual = residual;
@@ -314,7 +327,8 @@ static void run_learner(run_state_t *st, int index) {
     learner_config_t lc = {.channels = (int)cfg->channels, .crop = (int)cfg->crop, .batch = (int)cfg->batch,
                            .steps_per_sample = (int)cfg->steps_per_sample, .replay = (int)cfg->replay,
                            .holdout = (int)cfg->holdout, .val_keep = (int)cfg->val_keep,
-                           .eval_every = (int)cfg->eval_every, .every = cfg->every, .lr = cfg->lr,
+                           .eval_every = (int)cfg->eval_every, .val_cells = (int)cfg->val_cells,
+                           .every = cfg->every, .lr = cfg->lr,
                            .seed = (uint64_t)cfg->common.seed + (uint64_t)index,
                            .metrics_path = index == 0 ? cfg->common.metrics_path : NULL, .label = label,
                            .log_interval = cfg->common.log_interval, .sim_steps = cfg->steps,
@@ -336,6 +350,7 @@ static void run_learner(run_state_t *st, int index) {
     st->per_learner[index] = res.trained, st->per_learner[st->learners + index] = res.adam_steps;
     st->per_learner[2 * st->learners + index] = res.owner_steps;
     st->times[T_TRAIN] = res.train_s;
+    st->times[T_BUSY] = res.busy_s, st->times[T_VALIDATE] = res.validate_s;
     if (index == 0) {
         st->times[T_FIRST_ERR] = isnan(res.first_val_err) ? -1 : res.first_val_err;
         st->times[T_FINAL_ERR] = isnan(res.final_val_err) ? -1 : res.final_val_err;
@@ -380,6 +395,7 @@ static void print_summary(const run_state_t *st, const int64_t *c, const double 
     cJSON_AddNumberToObject(j, "every", (double)cfg->every);
     cJSON_AddNumberToObject(j, "sim_s", t[T_SIM]);
     cJSON_AddNumberToObject(j, "sim_cpu_s", t[T_SIM_CPU]); /* the busiest simulation thread's CPU time */
+    cJSON_AddNumberToObject(j, "drain_s", t[T_DRAIN]);     /* after the time loop: the last replies and "done" */
     if (st->start_step) cJSON_AddNumberToObject(j, "resumed_at", (double)st->start_step);
     cJSON_AddNumberToObject(j, "steps_per_s", (double)(cfg->steps - st->start_step) / t[T_SIM]);
     cJSON_AddNumberToObject(j, "bytes_sent", (double)c[N_BYTES]);
@@ -395,6 +411,10 @@ static void print_summary(const run_state_t *st, const int64_t *c, const double 
         if (k != N_BYTES) cJSON_AddNumberToObject(j, names[k], (double)c[k]);
     cJSON_AddNumberToObject(j, "wait_s", t[T_WAIT]);
     cJSON_AddNumberToObject(j, "train_s", t[T_TRAIN]);
+    if (st->stream) { /* the busiest learner's time on samples, and on validation alone */
+        cJSON_AddNumberToObject(j, "learner_busy_s", t[T_BUSY]);
+        cJSON_AddNumberToObject(j, "learner_validate_s", t[T_VALIDATE]);
+    }
     if (st->stream) {
         cJSON_AddBoolToObject(j, "learners_share", cfg->share);
         static const char *const arrays[3] = {"learner_trained", "learner_adam_steps", "learner_owner_steps"};

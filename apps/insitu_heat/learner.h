@@ -30,11 +30,15 @@
  * received == trained + held_out at the end (checked).
  *
  * Validation error: sqrt(sum (prediction - true increment)^2 / sum (true
- * increment)^2) over the validation set, whole blocks: 1 is the error of
- * predicting "nothing changes", 0 a perfect surrogate. Evaluated when the
- * first held-out sample arrives, every `eval_every` Adam steps and at the end; each evaluation is a row of
- * the metrics CSV (app.h's columns plus sim_step, val_rel_err,
- * samples_trained, samples_received).
+ * increment)^2) over the validation set: 1 is the error of predicting
+ * "nothing changes", 0 a perfect surrogate. On each block it covers every
+ * s-th row and column, s the largest stride leaving at least `val_cells`
+ * cells (all of a smaller block; all with val_cells 0); the moment and
+ * target scales of the first training sample are taken the same way.
+ * Evaluated when the first held-out sample arrives, every `eval_every` Adam
+ * steps and at the end; each evaluation is a row of the metrics CSV
+ * (app.h's columns plus sim_step, val_rel_err, samples_trained,
+ * samples_received).
  *
  * Shared (shared.h): the learners train learner 0's model instead of their
  * own, each with its DistributedOptimizer (Adam) stepping it in a
@@ -69,6 +73,7 @@
 
 typedef struct learner_config {
     int channels, crop, batch, steps_per_sample, replay, holdout, val_keep, eval_every;
+    int val_cells; /* validation (and scales): subsample blocks to about this many cells (0: every cell) */
     int64_t every; /* the simulation's sampling interval K (to know held-out steps) */
     double lr;
     uint64_t seed;
@@ -88,7 +93,8 @@ typedef struct learner_result { /* counts of this run (a resumed learner: since 
     int64_t received, trained, held_out, adam_steps, evals;
     int64_t owner_steps; /* shared: the step count of this learner's Adam on learner 0 (its state.0.step), else -1 */
     double first_val_err, final_val_err; /* NaN when never evaluated */
-    double train_s;
+    double train_s;              /* wall time of the learner's loop, waits for samples included */
+    double busy_s, validate_s;   /* of which: on samples (training and validation), on validation alone */
 } learner_result_t;
 
 /* Train until every simulation rank is done and the inbox is empty. */

@@ -43,17 +43,20 @@ static mpr_err_t params_fn(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_val
     return e;
 }
 
-/* [x, y] -> double */
+/* [x, y, stride] -> double */
 static mpr_err_t scale_fn(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
     (void)ctx;
     mpr_tensor_t *x, *y;
-    mpr_err_t e = mpr_args_unpack(args, "tt", &x, &y);
+    int stride = 1;
+    mpr_err_t e = mpr_args_unpack(args, "tti", &x, &y, &stride);
+    if (!e && (stride < 1 || stride > 1 << 16))
+        e = mpr_error_set(MPR_ERR_INVALID_ARG, "shared scale: stride %d out of range", stride);
     if (e) return e;
     pthread_mutex_lock(&sh.lock);
     if (!sh.hosted) e = mpr_error_set(MPR_ERR_STATE, "this worker does not hold the shared surrogate");
     if (!e && sh.scale == 0) {
         bool prev = mpr_set_grad_enabled(false);
-        e = surrogate_set_scales(&sh.model, x, y, &sh.scale);
+        e = surrogate_set_scales(&sh.model, x, y, stride, &sh.scale);
         mpr_set_grad_enabled(prev);
         if (e) sh.scale = 0;
     }
@@ -74,7 +77,7 @@ static mpr_err_t forward_fn(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_va
     pthread_mutex_unlock(&sh.lock);
     if (!ready) return mpr_error_set(MPR_ERR_STATE, "the shared surrogate has no scales yet (call %s first)", SHARED_SCALE_FN);
     mpr_scope_begin();
-    mpr_tensor_t *pred = surrogate_forward(&sh.model, x, true);
+    mpr_tensor_t *pred = surrogate_forward(&sh.model, x, 1, true);
     if (!pred || !(*result = mpr_value_new_tensor(pred))) e = mpr_last_error_code();
     mpr_scope_end();
     return e;
@@ -147,9 +150,9 @@ mpr_dist_optimizer_t *shared_optimizer(double lr) {
     return opt;
 }
 
-mpr_err_t shared_scale(mpr_tensor_t *x, mpr_tensor_t *y, double *scale) {
+mpr_err_t shared_scale(mpr_tensor_t *x, mpr_tensor_t *y, int stride, double *scale) {
     mpr_value_t *v = NULL;
-    mpr_err_t e = mpr_call_sync(mpr_to_name(SHARED_OWNER), SHARED_SCALE_FN, MPR_TIMEOUT_DEFAULT, &v, "tt", x, y);
+    mpr_err_t e = mpr_call_sync(mpr_to_name(SHARED_OWNER), SHARED_SCALE_FN, MPR_TIMEOUT_DEFAULT, &v, "tti", x, y, stride);
     if (!e) e = mpr_value_get_double(v, scale);
     mpr_value_release(v);
     return e;

@@ -13,8 +13,9 @@
  * PROTOCOL (functions served by learner 0; every learner calls them):
  *   SHARED_PARAMS_FN  [] -> [RRef x SURROGATE_PARAMS]: OwnerRRefs to the
  *     parameters, created once, for the learner's DistributedOptimizer.
- *   SHARED_SCALE_FN   [x, y] -> double: the target scale. The first call
- *     sets the model's moment scales and the target scale from its sample;
+ *   SHARED_SCALE_FN   [x, y, stride] -> double: the target scale. The first
+ *     call sets the model's moment scales and the target scale from its
+ *     sample (surrogate_set_scales, every stride-th row and column);
  *     later calls return the same scale (every learner measures the same
  *     model's output in the same unit).
  *   SHARED_FORWARD_FN [x (B, 1, h+2, w+2)] -> the prediction (B, 1, h, w),
@@ -62,8 +63,8 @@ void shared_cleanup(void);
 
 /* A learner: its DistributedOptimizer over the shared parameters (Adam, lr). NULL with the error set. */
 mpr_dist_optimizer_t *shared_optimizer(double lr);
-/* A learner: the target scale, from its first training sample (see SHARED_SCALE_FN). */
-mpr_err_t shared_scale(mpr_tensor_t *x, mpr_tensor_t *y, double *scale);
+/* A learner: the target scale, from its first training sample (see SHARED_SCALE_FN; stride: surrogate_set_scales'). */
+mpr_err_t shared_scale(mpr_tensor_t *x, mpr_tensor_t *y, int stride, double *scale);
 /* A learner, inside a dist-autograd context: the shared model's prediction for x (scope-owned). */
 mpr_tensor_t *shared_forward(mpr_tensor_t *x);
 

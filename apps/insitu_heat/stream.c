@@ -79,18 +79,31 @@ static void row_f32(float *restrict d, const double *restrict s, int n) {
     for (; j < n; j++) d[j] = (float)s[j];
 }
 
+/* *slot as a rows x cols float32 tensor: kept when it has that shape, else made. */
+static bool slot_tensor(mpr_tensor_t **slot, int rows, int cols) {
+    mpr_tensor_t *t = *slot;
+    if (t && mpr_tensor_ndim(t) == 2 && mpr_tensor_shape(t)[0] == rows && mpr_tensor_shape(t)[1] == cols) return true;
+    mpr_tensor_release(t);
+    *slot = mpr_tensor_empty(MPR_F32, 2, (int64_t[]){rows, cols});
+    return *slot != NULL;
+}
+
+mpr_err_t streamer_prepare(streamer_t *s, int xrows, int xcols) {
+    for (int i = 0; i < s->cap; i++) {
+        if (!slot_tensor(&s->xs[i], xrows, xcols) || !slot_tensor(&s->ys[i], xrows - 2, xcols - 2))
+            return mpr_last_error_code();
+        memset(mpr_tensor_data(s->xs[i]), 0, mpr_tensor_nbytes(s->xs[i])); /* map the pages now */
+        memset(mpr_tensor_data(s->ys[i]), 0, mpr_tensor_nbytes(s->ys[i]));
+    }
+    return MPR_OK;
+}
+
 /* A float32 copy of a rows x cols block of doubles with row stride `stride`,
  * into *slot (reused when its shape matches, else replaced by a new tensor).
  * false with the error set when out of memory. */
 static bool block_f32(mpr_tensor_t **slot, const double *src, int rows, int cols, int stride) {
-    int64_t shape[2] = {rows, cols};
-    mpr_tensor_t *t = *slot;
-    if (!t || mpr_tensor_ndim(t) != 2 || mpr_tensor_shape(t)[0] != rows || mpr_tensor_shape(t)[1] != cols) {
-        mpr_tensor_release(t);
-        *slot = t = mpr_tensor_empty(MPR_F32, 2, shape);
-        if (!t) return false;
-    }
-    float *d = mpr_tensor_data(t);
+    if (!slot_tensor(slot, rows, cols)) return false;
+    float *d = mpr_tensor_data(*slot);
     for (int i = 0; i < rows; i++) row_f32(d + (size_t)i * cols, src + (size_t)i * stride, cols);
     return true;
 }
@@ -127,12 +140,10 @@ mpr_err_t streamer_send(streamer_t *s, int64_t step, const double *x, const doub
 }
 
 mpr_err_t streamer_finish(streamer_t *s) {
-    double t0 = app_now();
     while (s->count > 0) {
         mpr_future_wait(s->ring[s->head], MPR_WAIT_FOREVER);
         pop_oldest(s);
     }
-    s->n.wait_s += app_now() - t0;
     return mpr_call_sync(mpr_to_rank(s->learner), INSITU_DONE_FN, s->timeout_s, NULL, "ll", (int64_t)s->sim_rank,
                          s->n.sent);
 }

@@ -32,7 +32,7 @@ typedef struct stream_counts {
     int64_t sent, acked, failed, skipped; /* samples */
     int64_t bytes;                        /* tensor bytes of the samples sent */
     int64_t waits;                        /* sends that found the window full (WAIT) */
-    double wait_s;                        /* time spent waiting for the window */
+    double wait_s;                        /* time streamer_send spent waiting for the window (not finish's) */
 } stream_counts_t;
 
 typedef struct streamer streamer_t;
@@ -40,6 +40,14 @@ typedef struct streamer streamer_t;
 /* To learner rank `learner` (an mpirpc worker rank), from simulation rank
  * `sim_rank`. NULL with the error set when out of memory. */
 streamer_t *streamer_create(int learner, int sim_rank, int max_inflight, stream_policy_t policy, double timeout_s);
+
+/* Optional, before the time loop: allocate every window slot's sample
+ * tensors for blocks of xrows x xcols (the frame included) and write them
+ * once, so that the loop's first sends do not pay for fresh memory (on the
+ * development VM, first-touch page faults made each of the first
+ * max_inflight sends cost 7-8 ms, 20x a steady-state send). Error: out of
+ * memory. */
+mpr_err_t streamer_prepare(streamer_t *s, int xrows, int xcols);
 
 /* Stream the sample of simulation step `step`: x = the block with its frame,
  * xrows x xcols doubles with row stride `stride`, and y = the next state's

@@ -37,14 +37,21 @@ void surrogate_parameters(surrogate_t *m, mpr_tensor_t **p) {
             p[n++] = mpr_module_parameter(surrogate_module(m, k), i, NULL);
 }
 
-mpr_err_t surrogate_set_scales(surrogate_t *m, mpr_tensor_t *x, mpr_tensor_t *y, double *target_scale) {
+mpr_tensor_t *surrogate_subsample(mpr_tensor_t *t, int stride) {
+    int n = mpr_tensor_ndim(t);
+    if (stride == 1 || n < 2) return t;
+    return mpr_slice(mpr_slice(t, n - 2, 0, mpr_tensor_shape(t)[n - 2], stride), n - 1, 0, mpr_tensor_shape(t)[n - 1],
+                     stride);
+}
+
+mpr_err_t surrogate_set_scales(surrogate_t *m, mpr_tensor_t *x, mpr_tensor_t *y, int stride, double *target_scale) {
     int64_t h = mpr_tensor_shape(y)[0], w = mpr_tensor_shape(y)[1];
     double ms = 0;
     mpr_scope_begin();
-    mpr_tensor_t *inc = mpr_sub(y, mpr_narrow(mpr_narrow(x, 0, 1, h), 1, 1, w));
+    mpr_tensor_t *inc = surrogate_subsample(mpr_sub(y, mpr_narrow(mpr_narrow(x, 0, 1, h), 1, 1, w)), stride);
     mpr_err_t e = mpr_item(mpr_mean(mpr_mul(inc, inc)), &ms);
-    if (!e) { /* per moment: 1 / RMS over the sample */
-        mpr_tensor_t *f = mpr_conv2d(mpr_unsqueeze(mpr_unsqueeze(x, 0), 0), m->moments, NULL, 1, 1, 0, 0);
+    if (!e) { /* per moment: 1 / RMS over the (subsampled) sample */
+        mpr_tensor_t *f = mpr_conv2d(mpr_unsqueeze(mpr_unsqueeze(x, 0), 0), m->moments, NULL, stride, stride, 0, 0);
         mpr_tensor_t *inv =
             mpr_pow(mpr_add_scalar(mpr_mean_dims(mpr_mul(f, f), 3, (int[]){0, 2, 3}, true), 1e-20), -0.5);
         if (inv) {
@@ -66,8 +73,8 @@ static mpr_tensor_t *conv_snapshot(mpr_module_t *conv, mpr_tensor_t *x) {
     return w && b ? mpr_conv2d(x, w, b, 1, 1, 0, 0) : NULL;
 }
 
-mpr_tensor_t *surrogate_forward(surrogate_t *m, mpr_tensor_t *x, bool snapshot) {
-    mpr_tensor_t *f = mpr_mul(mpr_conv2d(x, m->moments, NULL, 1, 1, 0, 0), m->inv_scale);
+mpr_tensor_t *surrogate_forward(surrogate_t *m, mpr_tensor_t *x, int stride, bool snapshot) {
+    mpr_tensor_t *f = mpr_mul(mpr_conv2d(x, m->moments, NULL, stride, stride, 0, 0), m->inv_scale);
     mpr_tensor_t *value = mpr_narrow(f, 1, 0, 1);
     if (snapshot)
         return mpr_add(conv_snapshot(m->stencil, f), conv_snapshot(m->out, mpr_tanh(conv_snapshot(m->hidden, value))));

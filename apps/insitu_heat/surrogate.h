@@ -36,14 +36,22 @@ void surrogate_parameters(surrogate_t *m, mpr_tensor_t **p);
 
 /* From a sample (x: the patch with its frame [h+2, w+2], y: the next
  * interior [h, w]): set the moment scales and return in *target_scale the
- * RMS of its increment (1 if 0), the scale the model's output is measured in. */
-mpr_err_t surrogate_set_scales(surrogate_t *m, mpr_tensor_t *x, mpr_tensor_t *y, double *target_scale);
+ * RMS of its increment (1 if 0), the scale the model's output is measured in.
+ * Both are taken over the interior cells (i, j) with i and j multiples of
+ * `stride` (1: every cell; the model is a local stencil, so a uniform
+ * subsample estimates them at 1 / stride^2 of the cost). */
+mpr_err_t surrogate_set_scales(surrogate_t *m, mpr_tensor_t *x, mpr_tensor_t *y, int stride, double *target_scale);
 
-/* x [B, 1, h+2, w+2] -> the predicted increment / target scale, [B, 1, h, w]
- * (scope-owned). snapshot: the convolutions use clones of the parameters
- * (the graph saves the clones, gradients flow through them to the
- * parameters), so that an optimizer step on the parameters between this
- * forward and its backward does not trip autograd's version check. */
-mpr_tensor_t *surrogate_forward(surrogate_t *m, mpr_tensor_t *x, bool snapshot);
+/* x [B, 1, h+2, w+2] -> the predicted increment / target scale of the
+ * interior cells (stride * i, stride * j), [B, 1, ceil(h / stride),
+ * ceil(w / stride)] (scope-owned; stride 1: every cell, [B, 1, h, w]).
+ * snapshot: the convolutions use clones of the parameters (the graph saves
+ * the clones, gradients flow through them to the parameters), so that an
+ * optimizer step on the parameters between this forward and its backward
+ * does not trip autograd's version check. */
+mpr_tensor_t *surrogate_forward(surrogate_t *m, mpr_tensor_t *x, int stride, bool snapshot);
+
+/* The interior cells (stride * i, stride * j) of t [..., h, w]: a view (scope-owned). */
+mpr_tensor_t *surrogate_subsample(mpr_tensor_t *t, int stride);
 
 #endif

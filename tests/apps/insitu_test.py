@@ -14,7 +14,9 @@ Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
                 --when-full skip and a one-sample window, skipped samples are
                 counted: sent + skipped == sampled steps, sent == received.
   learns        the surrogate's validation error ends below 0.5 x its first
-                value; the metrics CSV has the error column and the PNG exists.
+                value; the metrics CSV has the error column and the PNG exists;
+                validating on every 2nd row and column (--val-cells) learns too
+                and ends within 2x of the whole-block error.
   thread_level  the host initializes MPI with MPI_THREAD_SERIALIZED: mpr_init
                 fails naming MPI_THREAD_MULTIPLE, the simulation runs without
                 in-situ training and ends with the same checksum, exit 0.
@@ -150,6 +152,14 @@ def main(argv):
             check(rows[0].endswith("sim_step,val_rel_err,samples_trained,samples_received") and len(rows) >= 4,
                   "metrics CSV columns and rows")
             check(os.path.getsize(os.path.join(tmp, "m.png")) > 0, "the PNG plot")
+            check(j["learner_busy_s"] >= j["learner_validate_s"] > 0 and j["drain_s"] >= 0, "learner and drain times")
+            # validation (and the scales) on every 2nd row and column of the 32 x 64 blocks: learns as well, and
+            # estimates the error the whole blocks give (within 2x: the runs differ in sample order and scales)
+            _, k = run(mpi3 + small + ["--val-cells", "256"], tmp)
+            check(k and k["ok"] and k["final_val_err"] < 0.5 * k["first_val_err"],
+                  f"subsampled validation: {k['first_val_err']:.4f} -> {k['final_val_err']:.4f}, not below half")
+            check(0.5 * final < k["final_val_err"] < 2 * final,
+                  f"subsampled validation error {k['final_val_err']:.4f} against {final:.4f} on whole blocks")
         elif case == "thread_level":
             _, a = run(mpi3 + small + ["--no-stream"], tmp)
             out, b = run(mpi3 + small + ["--thread-level", "serialized"], tmp)

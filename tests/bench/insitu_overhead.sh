@@ -11,7 +11,10 @@
 # ("slowdowns": every pair's). cpu_slowdown: the same median for the CPU time of
 # the simulation's thread (sim_cpu_s: what streaming costs the time loop itself,
 # the float32 copies and sends, less sensitive to other jobs on the machine than
-# the wall-clock rate).
+# the wall-clock rate). wait_s: the median time the simulation waited for a full
+# window inside its time loop (counted in its steps/s); drain_s: the median wait
+# after the loop for the last replies (not counted: the host can overlap it with
+# its own end of run).
 # "procs" and "cores" say whether the job oversubscribed the machine (then the
 # learner's training takes CPU from the simulation and the figure says so).
 #
@@ -43,7 +46,7 @@ run() { # run [--no-stream] -> the app's JSON line
         grep '"name":"insitu_heat"'
 }
 
-off_rates=() on_rates=() on_bytes=() ratios=() cpu_ratios=()
+off_rates=() on_rates=() on_bytes=() ratios=() cpu_ratios=() drains=() waits=()
 for ((i = 0; i < pairs; i++)); do
     off=$(run --no-stream "$@")
     on=$(run "$@")
@@ -53,6 +56,8 @@ for ((i = 0; i < pairs; i++)); do
     off_rates+=("$(field steps_per_s "$off")")
     on_rates+=("$(field steps_per_s "$on")")
     on_bytes+=("$(field bytes_per_s "$on")")
+    drains+=("$(field drain_s "$on")")
+    waits+=("$(field wait_s "$on")")
     ratios+=("$(awk -v a="${off_rates[-1]}" -v b="${on_rates[-1]}" 'BEGIN { print a / b - 1 }')")
     cpu_ratios+=("$(awk -v a="$(field sim_cpu_s "$off")" -v b="$(field sim_cpu_s "$on")" 'BEGIN { print b / a - 1 }')")
 done
@@ -60,4 +65,4 @@ med() { printf '%s\n' "$@" | median; }
 common="\"runs\":$pairs,\"procs\":$np,\"cores\":$cores,\"bind\":\"$bind\",\"load\":$(cut -d' ' -f1 /proc/loadavg),\"oversubscribed\":$([ "$np" -gt "$cores" ] && echo true || echo false)"
 every=$(field every "$on")
 echo "{\"name\":\"insitu_heat\",\"stream\":false,\"every\":$every,\"steps_per_s\":$(med "${off_rates[@]}"),\"bytes_per_s\":0,$common}"
-echo "{\"name\":\"insitu_heat\",\"stream\":true,\"every\":$every,\"steps_per_s\":$(med "${on_rates[@]}"),\"bytes_per_s\":$(med "${on_bytes[@]}"),\"slowdown\":$(med "${ratios[@]}"),\"cpu_slowdown\":$(med "${cpu_ratios[@]}"),\"slowdowns\":[$(IFS=,; echo "${ratios[*]}")],$common}"
+echo "{\"name\":\"insitu_heat\",\"stream\":true,\"every\":$every,\"steps_per_s\":$(med "${on_rates[@]}"),\"bytes_per_s\":$(med "${on_bytes[@]}"),\"slowdown\":$(med "${ratios[@]}"),\"cpu_slowdown\":$(med "${cpu_ratios[@]}"),\"slowdowns\":[$(IFS=,; echo "${ratios[*]}")],\"wait_s\":$(med "${waits[@]}"),\"drain_s\":$(med "${drains[@]}"),$common}"
