@@ -44,6 +44,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h> /* own mappings are leak-check roots: tensors in a slab point to storages */
+#define ROOT_REGION_ADD(p, n) __lsan_register_root_region((p), (n))
+#define ROOT_REGION_DEL(p, n) __lsan_unregister_root_region((p), (n))
+#else
+#define ROOT_REGION_ADD(p, n) ((void)0)
+#define ROOT_REGION_DEL(p, n) ((void)0)
+#endif
 
 #define CACHE_MIN ((size_t)64 << 10)
 #define COARSE_MIN ((size_t)1 << 20) /* from here sizes round to 64 KiB, below to 4 KiB */
@@ -98,19 +106,23 @@ static void *map_block(size_t r) {
         if (p + len > a + r) munmap(a + r, (size_t)(p + len - (a + r)));
         (void)madvise(a, r, MADV_HUGEPAGE);       /* advice: refused where THP is off */
         (void)madvise(a, r, MADV_POPULATE_WRITE); /* an older kernel: demand faults instead */
+        ROOT_REGION_ADD(a, r);
         return a;
     }
 #endif
     void *p = mmap(NULL, r, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED) return NULL;
+    ROOT_REGION_ADD(p, r);
+    return p;
 }
 
 /* Give a block of rounded size r back to the system. */
 static void release_block(void *p, size_t r) {
     if (!p) return;
-    if (r >= MAP_MIN)
+    if (r >= MAP_MIN) {
+        ROOT_REGION_DEL(p, r);
         munmap(p, r);
-    else
+    } else
         free(p);
 }
 

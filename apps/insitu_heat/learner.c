@@ -365,7 +365,9 @@ static mpr_err_t warm_up(const learner_config_t *cfg) {
     mpr_generator_t *gen = mpr_generator_create(cfg->seed);
     surrogate_t m = {0};
     mpr_err_t e = gen ? surrogate_init(&m, cfg->channels, gen) : mpr_last_error_code();
-    int64_t c = cfg->crop, side = 130; /* a validation forward of ~16k cells */
+    /* first use needs no real sizes: a batch of at most 16 crops of at most 32 cells, and a
+     * validation-sized forward on a 130 x 130 block (~16k cells) */
+    int64_t c = cfg->crop < 32 ? cfg->crop : 32, b = cfg->batch < 16 ? cfg->batch : 16, side = 130;
     mpr_scope_begin();
     mpr_tensor_t *x = e ? NULL : mpr_rand(MPR_F32, MPR_SHAPE(side + 2, side + 2), gen);
     mpr_tensor_t *y = x ? mpr_rand(MPR_F32, MPR_SHAPE(side, side), gen) : NULL;
@@ -373,7 +375,7 @@ static mpr_err_t warm_up(const learner_config_t *cfg) {
     if (!e) e = y ? surrogate_set_scales(&m, x, y, 1, &scale) : mpr_last_error_code();
     if (!e) {
         mpr_tensor_t *xb = mpr_expand(mpr_narrow(mpr_narrow(x, 0, 0, c + 2), 1, 0, c + 2), 4,
-                                      (int64_t[]){cfg->batch, 1, c + 2, c + 2});
+                                      (int64_t[]){b, 1, c + 2, c + 2});
         mpr_tensor_t *loss = xb ? mpr_mean(surrogate_forward(&m, mpr_contiguous(xb), 1, false)) : NULL;
         e = loss ? mpr_backward(loss, NULL, false) : mpr_last_error_code();
     }
