@@ -15,8 +15,9 @@ Cases (3 ranks: 2 simulation ranks, 1 learner; a small grid):
                 counted: sent + skipped == sampled steps, sent == received.
   learns        the surrogate's validation error ends below 0.5 x its first
                 value; the metrics CSV has the error column and the PNG exists;
+                with 1 simulation rank and one sample in flight (deterministic),
                 validating on every 2nd row and column (--val-cells) learns too
-                and ends within 2x of the whole-block error.
+                and ends within 1.5x of the whole-block error.
   thread_level  the host initializes MPI with MPI_THREAD_SERIALIZED: mpr_init
                 fails naming MPI_THREAD_MULTIPLE, the simulation runs without
                 in-situ training and ends with the same checksum, exit 0.
@@ -153,13 +154,17 @@ def main(argv):
                   "metrics CSV columns and rows")
             check(os.path.getsize(os.path.join(tmp, "m.png")) > 0, "the PNG plot")
             check(j["learner_busy_s"] >= j["learner_validate_s"] > 0 and j["drain_s"] >= 0, "learner and drain times")
-            # validation (and the scales) on every 2nd row and column of the 32 x 64 blocks: learns as well, and
-            # estimates the error the whole blocks give (within 2x: the runs differ in sample order and scales)
-            _, k = run(mpi3 + small + ["--val-cells", "256"], tmp)
-            check(k and k["ok"] and k["final_val_err"] < 0.5 * k["first_val_err"],
-                  f"subsampled validation: {k['first_val_err']:.4f} -> {k['final_val_err']:.4f}, not below half")
-            check(0.5 * final < k["final_val_err"] < 2 * final,
-                  f"subsampled validation error {k['final_val_err']:.4f} against {final:.4f} on whole blocks")
+            # validation (and the scales) on every 2nd row and column (--val-cells 1024 of a 64 x 64 block) against
+            # every cell, in the same deterministic run (1 simulation rank, one sample in flight: the learner gets
+            # the samples in step order): learns as well, and ends within 1.5x of the whole-block error
+            mpi2 = mpiexec + ["-n", "2", binary] + small + ["--max-inflight", "1"]
+            _, w = run(mpi2 + ["--val-cells", "0"], tmp)
+            _, k = run(mpi2 + ["--val-cells", "1024"], tmp)
+            for name, x in (("whole blocks", w), ("subsampled", k)):
+                check(x and x["ok"] and x["final_val_err"] < 0.5 * x["first_val_err"],
+                      f"{name}: validation error {x['first_val_err']:.4f} -> {x['final_val_err']:.4f}, not below half")
+            check(w["final_val_err"] / 1.5 < k["final_val_err"] < 1.5 * w["final_val_err"],
+                  f"subsampled validation error {k['final_val_err']:.4f} against {w['final_val_err']:.4f} on whole blocks")
         elif case == "thread_level":
             _, a = run(mpi3 + small + ["--no-stream"], tmp)
             out, b = run(mpi3 + small + ["--thread-level", "serialized"], tmp)
