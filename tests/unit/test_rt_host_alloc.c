@@ -5,15 +5,18 @@
  * cache. Tensors use it through their storages. Blocks of >= 1 MiB are
  * mapped prefaulted (resident before the first touch, mincore), from 2 MiB
  * on a 2 MiB boundary (for transparent huge pages), and unmapped when the
- * cache lets them go. */
+ * cache lets them go; a mapping the system refuses is a NULL block (a
+ * tensor: MPR_ERR_NOMEM). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -194,6 +197,44 @@ static void test_large_blocks_are_prefaulted(void **state) {
     assert_int_equal(resident_pages(b, eight), -1);
 }
 
+/* A mapping the system refuses (the address-space limit lowered under the
+ * request) is a NULL block, and a tensor of that size fails with
+ * MPR_ERR_NOMEM, nothing left behind. Not under ASan: its shadow memory
+ * needs an unlimited address space. */
+static void test_refused_mapping_is_null(void **state) {
+#if defined(__SANITIZE_ADDRESS__)
+    skip();
+#else
+    mpri_host_cache_trim();
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+    long vm_kib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &vm_kib) == 1) break;
+    fclose(f);
+    assert_true(vm_kib > 0);
+    struct rlimit low = old;
+    low.rlim_cur = (rlim_t)(vm_kib + 64 * 1024) * 1024; /* 64 MiB of room */
+    int64_t live = mpr_tensor_live_count();
+    assert_int_equal(setrlimit(RLIMIT_AS, &low), 0);
+    void *p = mpri_host_alloc((size_t)256 << 20);
+    mpr_tensor_t *t = mpr_tensor_empty(MPR_F32, 1, (int64_t[]){(int64_t)64 << 20}); /* 256 MiB */
+    mpr_err_t code = mpr_last_error_code();
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+    assert_null(p);
+    assert_null(t);
+    assert_int_equal(code, MPR_ERR_NOMEM);
+    assert_int_equal(mpr_tensor_live_count(), live);
+    void *q = mpri_host_alloc((size_t)256 << 20); /* and with room again it maps */
+    assert_non_null(q);
+    mpri_host_free(q, (size_t)256 << 20);
+    mpri_host_cache_trim();
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_blocks_are_reused),
@@ -203,6 +244,7 @@ int main(void) {
         cmocka_unit_test(test_full_cache_keeps_the_newest),
         cmocka_unit_test(test_budget_evicts_the_oldest),
         cmocka_unit_test(test_large_blocks_are_prefaulted),
+        cmocka_unit_test(test_refused_mapping_is_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
