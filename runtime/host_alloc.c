@@ -17,8 +17,8 @@
  * 512, read once); when it is full, or a block would go over the budget,
  * cached blocks are freed in slot order from a rotating position (a ring:
  * the oldest first while the slots fill in order, roughly the oldest
- * after that), so the cache follows the sizes in use now. One mutex guards it; mpri_host_cache_trim
- * empties it.
+ * after that), so the cache follows the sizes in use now. One mutex
+ * guards it; mpri_host_cache_trim empties it.
  *
  * Blocks of 1 MiB and more are this file's own anonymous mappings,
  * prefaulted when made (MAP_POPULATE, or MADV_POPULATE_WRITE), and from
@@ -33,9 +33,11 @@
  * blocks are matched by their rounded size (a multiple of 64 B below
  * 64 KiB, of 4 KiB up to 1 MiB, of 64 KiB from 1 MiB: at most 1/16 more
  * than asked), which both alloc and free compute from
- * the caller's `nbytes`, so free must be given the nbytes of the alloc; the
- * cache never holds more than its byte budget; `total` is the sum of the
- * cached blocks' sizes. */
+ * the caller's `nbytes`, so free must be given the nbytes of the alloc; a
+ * block of rounded size >= MAP_MIN is a mapping of exactly that size and
+ * goes back with munmap (release_block), never free(); the cache never
+ * holds more than its byte budget; `total` is the sum of the cached blocks'
+ * sizes. */
 #include "mpri_host_alloc.h"
 
 #include <pthread.h>
