@@ -77,8 +77,8 @@ typedef struct config {
 static void parse(int argc, char **argv, config_t *c) {
     *c = (config_t){.nx = 512, .ny = 512, .steps = 400, .every = 20, .learners = 1, .max_inflight = 4, .inbox = 4,
                     .progress_pu = -1, .channels = 8, .crop = 16, .batch = 16, .steps_per_sample = 8, .replay = 8,
-                    .holdout = 5, .val_keep = 4, .eval_every = 25, .val_cells = 16384, .r = 0.2, .q = 0.05, .lr = 0.01, .when_full = "wait",
-                    .thread_level = "multiple", .decomp = "auto"};
+                    .holdout = 5, .val_keep = 4, .eval_every = 25, .val_cells = 16384, .r = 0.2, .q = 0.05,
+                    .lr = 0.01, .when_full = "wait", .thread_level = "multiple", .decomp = "auto"};
     app_option_t opts[] = {
         {"nx", APP_OPT_INT, &c->nx, 4, 1 << 16, NULL, "grid columns"},
         {"ny", APP_OPT_INT, &c->ny, 4, 1 << 16, NULL, "grid rows (split in strips over the simulation ranks)"},
@@ -111,7 +111,8 @@ static void parse(int argc, char **argv, config_t *c) {
         {"val-keep", APP_OPT_INT, &c->val_keep, 1, 1 << 16, NULL, "held-out samples kept for validation"},
         {"eval-every", APP_OPT_INT, &c->eval_every, 1, 1e9, NULL, "Adam steps between validations"},
         {"val-cells", APP_OPT_INT, &c->val_cells, 0, 1e9, NULL,
-         "validate (and scale) on every s-th row and column of a block, s the largest leaving this many cells (0: all)"},
+         "validate (and scale) on every s-th row and column of a block, "
+         "s the largest leaving this many cells (0: all)"},
         {"lr", APP_OPT_DOUBLE, &c->lr, 0, 10, NULL, "Adam learning rate"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);

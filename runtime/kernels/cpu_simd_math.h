@@ -23,9 +23,6 @@
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
     (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
 __attribute__((simd("notinbranch"))) float tanhf(float);
-#define MPRI_SIMD_TANHF 1
-#else
-#define MPRI_SIMD_TANHF 0
 #endif
 
 #endif
