@@ -84,7 +84,7 @@ mpr_err_t mpri_read_u32(mpri_reader_t *r, uint32_t *out) { return mpri_read(r, o
 mpr_err_t mpri_read_u64(mpri_reader_t *r, uint64_t *out) { return mpri_read(r, out, 8); }
 
 mpr_err_t mpri_read_blob(mpri_reader_t *r, const void **data, size_t *len) {
-    uint32_t n;
+    uint32_t n = 0; /* set on success; zero keeps -Wmaybe-uninitialized quiet once inlined */
     mpr_err_t e = mpri_read_u32(r, &n);
     if (e) return e;
     if (n > r->left)
