@@ -30,7 +30,7 @@ struct mpr_value {
             size_t len;
         } bytes;
         mpr_tensor_t *tensor;
-        mpr_worker_info_t worker;
+        mpr_worker_info_t *worker; /* owned: its own allocation keeps every value small */
         struct {
             mpr_value_t **items;
             size_t len, cap;

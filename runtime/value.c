@@ -124,11 +124,18 @@ mpr_value_t *mpr_value_new_tensor(mpr_tensor_t *t) {
 
 mpr_value_t *mpr_value_new_worker(const mpr_worker_info_t *w) {
     MPRI_ARG_NONNULL_OR(w, NULL);
-    mpr_value_t *v = value_alloc(MPR_VALUE_WORKER);
-    if (v) {
-        v->u.worker = *w;
-        v->u.worker.name[MPR_MAX_NAME_LEN - 1] = '\0';
+    mpr_worker_info_t *copy = malloc(sizeof *copy);
+    if (!copy) {
+        mpr_error_set(MPR_ERR_NOMEM, "value: out of memory");
+        return NULL;
     }
+    *copy = *w;
+    copy->name[MPR_MAX_NAME_LEN - 1] = '\0';
+    mpr_value_t *v = value_alloc(MPR_VALUE_WORKER);
+    if (v)
+        v->u.worker = copy;
+    else
+        free(copy);
     return v;
 }
 
@@ -250,6 +257,7 @@ static void destroy_one(mpr_value_t *v, worklist_t *w) {
     switch (v->kind) {
     case MPR_VALUE_STRING:
     case MPR_VALUE_BYTES: free(v->u.bytes.data); break;
+    case MPR_VALUE_WORKER: free(v->u.worker); break;
     case MPR_VALUE_TENSOR: mpr_tensor_release(v->u.tensor); break;
     case MPR_VALUE_LIST:
         for (size_t i = 0; i < v->u.list.len; i++) {
@@ -371,7 +379,7 @@ mpr_err_t mpr_value_get_worker(const mpr_value_t *v, mpr_worker_info_t *out) {
     MPRI_ARG_NONNULL(out);
     mpri_value_check_live(v, __func__);
     if (v->kind != MPR_VALUE_WORKER) return kind_mismatch(v, MPR_VALUE_WORKER);
-    *out = v->u.worker;
+    *out = *v->u.worker;
     return MPR_OK;
 }
 
@@ -515,7 +523,7 @@ bool mpr_value_equal(const mpr_value_t *a, const mpr_value_t *b) {
                memcmp(a->u.bytes.data, b->u.bytes.data, a->u.bytes.len) == 0;
     case MPR_VALUE_TENSOR: return tensor_equal(a->u.tensor, b->u.tensor);
     case MPR_VALUE_WORKER:
-        return a->u.worker.rank == b->u.worker.rank && strcmp(a->u.worker.name, b->u.worker.name) == 0;
+        return a->u.worker->rank == b->u.worker->rank && strcmp(a->u.worker->name, b->u.worker->name) == 0;
     case MPR_VALUE_LIST:
         if (a->u.list.len != b->u.list.len) return false;
         for (size_t i = 0; i < a->u.list.len; i++)

@@ -217,9 +217,9 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
         return MPR_OK;
     }
     case MPR_VALUE_WORKER: {
-        int32_t rank = v->u.worker.rank;
+        int32_t rank = v->u.worker->rank;
         mpri_buf_put(out, &rank, 4);
-        mpri_buf_put_blob(out, v->u.worker.name, strlen(v->u.worker.name));
+        mpri_buf_put_blob(out, v->u.worker->name, strlen(v->u.worker->name));
         return MPR_OK;
     }
     case MPR_VALUE_LIST:
