@@ -12,12 +12,15 @@
  *   waiter sees its reply at once). Only non-blocking
  *   MPI calls are made in a poll (Improbe, Mrecv of a matched message,
  *   Irecv, Isend, Test*).
- * - The data receives of a message with tensors are posted by the thread
- *   that matched it after it released poll_lock (Open MPI copies a batch
- *   that has already arrived inside MPI_Irecv: a CMA read of megabytes),
- *   so such a copy never keeps the other threads from polling; the message
- *   then joins `assembling` through `posted`. `posting` counts messages
- *   between the two, and a stop waits for it to drop to zero. Under the lock
+ * - The data receives of a message with more than POST_LOCKED_MAX_BYTES of
+ *   tensors are posted by the thread that matched it after it released
+ *   poll_lock (Open MPI copies a batch that has already arrived inside
+ *   MPI_Irecv: a CMA read of megabytes), so such a copy never keeps the
+ *   other threads from polling; a message with less (eager data: at most
+ *   that much copied) is posted under the lock, and so dispatched in the same
+ *   poll. Either way the message joins `assembling` through `posted`.
+ *   `posting` counts messages between the two, and a stop waits for it to
+ *   drop to zero. Under the lock
  *   remain the Mrecv of an active message itself (beyond the eager limit
  *   only for big inline payloads or many tensor descriptors) and whatever
  *   Open MPI's progress engine does inside Improbe and Test.
@@ -164,6 +167,13 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
  * allocate the tensors and plan their batches; a message without tensors is
  * dispatched at once, one with tensors goes to `*to_post`, whose receives
  * the polling thread posts once it released the poll lock. */
+/* The most tensor data a message may carry and still have its receives
+ * posted under the poll lock (below Open MPI's shared-memory and TCP eager
+ * limits, 4 KiB and 64 KiB: no CMA read of megabytes inside MPI_Irecv). */
+#define POST_LOCKED_MAX_BYTES 4096
+
+static void post_receives(mpri_msg_t *msg);
+
 static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to_post) {
     uint8_t *data = msg->data;
     msg->len = len;
@@ -224,10 +234,19 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         reject_incoming(msg, true, MPR_ERR_DECODE);
         return;
     }
-    msg->next = *to_post;
-    *to_post = msg;
     atomic_fetch_add(&prog.busy, 1);
     atomic_fetch_add(&prog.posting, 1);
+    /* A few KiB of data came with the message (Open MPI's eager path: the
+     * receive copies at most that much): posted now, under the lock, and
+     * dispatched by this same poll (test_assembling), not the next one. */
+    size_t data_bytes = 0;
+    for (uint32_t i = 0; i < n && data_bytes <= POST_LOCKED_MAX_BYTES; i++) data_bytes += mpr_tensor_nbytes(msg->tensors[i]);
+    if (data_bytes <= POST_LOCKED_MAX_BYTES) {
+        post_receives(msg);
+        return;
+    }
+    msg->next = *to_post;
+    *to_post = msg;
 }
 
 /* Post the data receives of `msg` (outside the poll lock: Open MPI copies a
