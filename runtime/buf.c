@@ -36,17 +36,6 @@ bool mpri_buf_reserve(mpri_buf_t *b, size_t extra) {
     return true;
 }
 
-void mpri_buf_put(mpri_buf_t *b, const void *p, size_t n) {
-    if (!n || !mpri_buf_reserve(b, n)) return;
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-}
-
-void mpri_buf_put_u8(mpri_buf_t *b, uint8_t v) { mpri_buf_put(b, &v, 1); }
-void mpri_buf_put_u16(mpri_buf_t *b, uint16_t v) { mpri_buf_put(b, &v, 2); }
-void mpri_buf_put_u32(mpri_buf_t *b, uint32_t v) { mpri_buf_put(b, &v, 4); }
-void mpri_buf_put_u64(mpri_buf_t *b, uint64_t v) { mpri_buf_put(b, &v, 8); }
-
 void mpri_buf_put_blob(mpri_buf_t *b, const void *p, size_t n) {
     if (n > UINT32_MAX) {
         b->failed = true;

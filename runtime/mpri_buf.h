@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mpirpc/error.h"
 
@@ -23,11 +24,17 @@ void mpri_buf_init(mpri_buf_t *b);
 void mpri_buf_fini(mpri_buf_t *b);
 /* Ensure room for `extra` more bytes; false (and failed set) on OOM. */
 bool mpri_buf_reserve(mpri_buf_t *b, size_t extra);
-void mpri_buf_put(mpri_buf_t *b, const void *p, size_t n);
-void mpri_buf_put_u8(mpri_buf_t *b, uint8_t v);
-void mpri_buf_put_u16(mpri_buf_t *b, uint16_t v);
-void mpri_buf_put_u32(mpri_buf_t *b, uint32_t v);
-void mpri_buf_put_u64(mpri_buf_t *b, uint64_t v);
+/* The appends are inline: an encoded list of thousands of tensors makes
+ * a few per tensor. Nothing is appended once `failed` is set. */
+static inline void mpri_buf_put(mpri_buf_t *b, const void *p, size_t n) {
+    if (!n || b->failed || (b->len + n > b->cap && !mpri_buf_reserve(b, n))) return;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+static inline void mpri_buf_put_u8(mpri_buf_t *b, uint8_t v) { mpri_buf_put(b, &v, 1); }
+static inline void mpri_buf_put_u16(mpri_buf_t *b, uint16_t v) { mpri_buf_put(b, &v, 2); }
+static inline void mpri_buf_put_u32(mpri_buf_t *b, uint32_t v) { mpri_buf_put(b, &v, 4); }
+static inline void mpri_buf_put_u64(mpri_buf_t *b, uint64_t v) { mpri_buf_put(b, &v, 8); }
 /* u32 length followed by the bytes. */
 void mpri_buf_put_blob(mpri_buf_t *b, const void *p, size_t n);
 /* Hand the bytes to the caller (free() them); the buffer is reset. */

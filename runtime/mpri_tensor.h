@@ -109,12 +109,39 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
 mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storage_t *storage,
                                      mpr_dtype_t dtype, int ndim, const int64_t *shape);
 
+/* Bytes of one element of a valid dtype (inline: the per-tensor paths of a
+ * message with thousands of tensors; mpr_dtype_size is the checked form). */
+static inline size_t mpri_dtype_bytes(mpr_dtype_t dtype) {
+    static const unsigned char sizes[MPR_DTYPE_COUNT] = {4, 8, 8, 4, 1};
+    return sizes[dtype];
+}
+
+/* The error of a failed mpri_tensor_check_shape (out of line: its text). */
+mpr_err_t mpri_tensor_shape_error(const char *op, mpr_dtype_t dtype, int ndim, const int64_t *shape);
+
 /* Validates dtype/ndim/shape; returns MPR_OK or MPR_ERR_INVALID_ARG with detail
  * naming `op`. Both the element count and the product of the dims with 0 taken
  * as 1 (the largest contiguous stride) must stay within INT64_MAX / 16. On
- * success *numel_out holds the element count. */
-mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
-                                  const int64_t *shape, int64_t *numel_out);
+ * success *numel_out holds the element count. Inline: decoding a message
+ * checks every descriptor's shape. */
+static inline mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
+                                                const int64_t *shape, int64_t *numel_out) {
+    *numel_out = 0;
+    if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT || ndim < 0 || ndim > MPR_MAX_DIMS || (ndim > 0 && !shape))
+        return mpri_tensor_shape_error(op, dtype, ndim, shape);
+    /* Contiguous strides are products of the dims with 0 taken as 1, so bound
+     * that product (not only numel, which a 0 dim makes 0): an empty shape such
+     * as [0, 2^40, 2^40] would otherwise overflow the strides. */
+    int64_t numel = 1, stride_span = 1;
+    for (int i = 0; i < ndim; i++) {
+        int64_t d = shape[i] > 0 ? shape[i] : 1;
+        if (shape[i] < 0 || __builtin_mul_overflow(stride_span, d, &stride_span) || stride_span > INT64_MAX / 16)
+            return mpri_tensor_shape_error(op, dtype, ndim, shape);
+        numel *= shape[i];
+    }
+    *numel_out = numel;
+    return MPR_OK;
+}
 
 /* Hook the autograd layer installs to free `autograd` when a tensor dies. */
 void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_meta *meta));

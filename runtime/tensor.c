@@ -24,13 +24,12 @@
 static atomic_long live_tensors;
 static void (*autograd_release_hook)(struct mpri_autograd_meta *meta);
 
-static const size_t dtype_sizes[MPR_DTYPE_COUNT] = {4, 8, 8, 4, 1};
 static const char *const dtype_names[MPR_DTYPE_COUNT] = {"float32", "float64", "int64",
                                                          "int32", "uint8"};
 
 size_t mpr_dtype_size(mpr_dtype_t dtype) {
     if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT) return 0;
-    return dtype_sizes[dtype];
+    return mpri_dtype_bytes(dtype);
 }
 
 const char *mpr_dtype_name(mpr_dtype_t dtype) {
@@ -76,8 +75,7 @@ void mpri_storage_release(mpri_storage_t *s) {
     free(s);
 }
 
-mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
-                                  const int64_t *shape, int64_t *numel_out) {
+mpr_err_t mpri_tensor_shape_error(const char *op, mpr_dtype_t dtype, int ndim, const int64_t *shape) {
     if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: invalid dtype %d", op, (int)dtype);
     if (ndim < 0 || ndim > MPR_MAX_DIMS)
@@ -85,22 +83,11 @@ mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtype, int ndim,
                              MPR_MAX_DIMS);
     if (ndim > 0 && !shape)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape is NULL", op);
-    /* Contiguous strides are products of the dims with 0 taken as 1, so bound
-     * that product (not only numel, which a 0 dim makes 0): an empty shape such
-     * as [0, 2^40, 2^40] would otherwise overflow the strides. */
-    int64_t numel = 1, stride_span = 1;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
             return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: negative size %lld in dim %d", op,
                                  (long long)shape[i], i);
-        int64_t d = shape[i] > 0 ? shape[i] : 1;
-        if (stride_span > INT64_MAX / 16 / d)
-            return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape too large", op);
-        stride_span *= d;
-        numel *= shape[i];
-    }
-    *numel_out = numel;
-    return MPR_OK;
+    return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: shape too large", op);
 }
 
 static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {

@@ -30,13 +30,13 @@
 /* Bytes of a contiguous CPU tensor (the tensors of a message are contiguous
  * and live: no public-getter checks on this per-tensor path). */
 static size_t tensor_bytes(const mpr_tensor_t *t) {
-    size_t n = mpr_dtype_size(t->dtype);
+    size_t n = mpri_dtype_bytes(t->dtype);
     for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
     return n;
 }
 
 static uint8_t *tensor_bytes_at(const mpr_tensor_t *t) {
-    return (uint8_t *)t->storage->data + t->offset * (int64_t)mpr_dtype_size(t->dtype);
+    return (uint8_t *)t->storage->data + t->offset * (int64_t)mpri_dtype_bytes(t->dtype);
 }
 
 bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes) {

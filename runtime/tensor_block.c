@@ -60,7 +60,7 @@ mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstora
 
 mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, size_t offset,
                                       mpr_dtype_t dtype, int ndim, const int64_t *shape) {
-    size_t nbytes = mpr_dtype_size(dtype);
+    size_t nbytes = mpri_dtype_bytes(dtype);
     for (int i = 0; i < ndim; i++) nbytes *= (size_t)shape[i];
     MPRI_ASSERT(index < b->nstorages && offset <= b->data_bytes && nbytes <= b->data_bytes - offset,
                 "a carved tensor lies inside its block");

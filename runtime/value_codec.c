@@ -142,19 +142,34 @@ static mpr_err_t tensor_list_reserve(mpri_tensor_list_t *l, uint32_t more) {
 }
 
 static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index) {
-    int64_t found = tensor_list_find(l, t);
-    if (found >= 0) {
-        *index = (uint32_t)found;
-        return MPR_OK;
+    /* Found, or the free slot of the index where `t` goes. */
+    uint32_t slot = UINT32_MAX;
+    if (!l->nslots) {
+        int64_t found = tensor_list_find(l, t);
+        if (found >= 0) {
+            *index = (uint32_t)found;
+            return MPR_OK;
+        }
+    } else {
+        for (uint32_t s = slot_of(t, l->nslots);; s = (s + 1) & (l->nslots - 1)) {
+            if (!l->slots[s]) {
+                slot = s;
+                break;
+            }
+            if (l->orig[l->slots[s] - 1] == t) {
+                *index = l->slots[s] - 1;
+                return MPR_OK;
+            }
+        }
     }
     /* Fields read directly (per tensor of a list of thousands): the value
      * holding `t` keeps it alive, checked here once. */
-    mpri_tensor_check_live(t, "encode");
+    if (t->magic != MPRI_TENSOR_MAGIC) mpri_tensor_check_live(t, "encode"); /* aborts */
     int device = t->storage->device;
     if (device > 127)
         return mpr_error_set(MPR_ERR_UNSUPPORTED, "encode: tensor on cuda:%d (devices 0..127 can be sent)",
                              device);
-    size_t nbytes = mpr_dtype_size(t->dtype);
+    size_t nbytes = mpri_dtype_bytes(t->dtype);
     for (int i = 0; i < t->ndim; i++) nbytes *= (size_t)t->shape[i];
     if (nbytes > MPRI_MAX_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_INVALID_ARG, "encode: tensor of %zu bytes exceeds the 2 GiB limit",
@@ -170,8 +185,11 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
         mpr_err_t e = tensor_list_grow(l, l->cap ? l->cap * 2 : 4);
         if (e) return e;
     }
-    mpr_err_t e = tensor_list_reserve_index(l, 1);
-    if (e) return e;
+    if ((uint64_t)l->len + 1 > LINEAR_SCAN_MAX && ((uint64_t)l->len + 1) * 2 >= l->nslots) {
+        mpr_err_t e = tensor_list_reserve_index(l, 1);
+        if (e) return e;
+        slot = UINT32_MAX; /* the index was rebuilt */
+    }
     mpr_tensor_t *c;
     if (device < 0 && contiguous(t)) /* the common case, without the getters' checks (live: checked) */
         atomic_fetch_add_explicit(&(c = t)->refcount, 1, memory_order_relaxed);
@@ -182,9 +200,10 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
     l->orig[l->len] = t;
     l->total_bytes += nbytes;
     if (l->nslots) {
-        uint32_t s = slot_of(t, l->nslots);
-        while (l->slots[s]) s = (s + 1) & (l->nslots - 1);
-        l->slots[s] = l->len + 1;
+        if (slot == UINT32_MAX)
+            for (slot = slot_of(t, l->nslots); l->slots[slot]; slot = (slot + 1) & (l->nslots - 1)) {
+            }
+        l->slots[slot] = l->len + 1;
     }
     *index = l->len++;
     return MPR_OK;
@@ -242,8 +261,18 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
             if (i + 2 < v->u.list.len && items[i + 2] && items[i + 2]->kind == MPR_VALUE_TENSOR &&
                 items[i + 2]->u.tensor)
                 __builtin_prefetch(items[i + 2]->u.tensor->storage);
-            mpr_err_t e = encode_rec(v->u.list.items[i], out, tensors, dst_rank, depth + 1);
-            if (e) return e;
+            const mpr_value_t *item = items[i];
+            mpr_err_t e;
+            if (item && item->kind == MPR_VALUE_TENSOR && depth < MPRI_MAX_VALUE_DEPTH) {
+                /* A tensor item (most items of a parameter list) without
+                 * the recursive call. */
+                uint32_t index = 0;
+                if ((e = tensor_list_add(tensors, item->u.tensor, &index))) return e;
+                mpri_buf_put_u8(out, MPR_VALUE_TENSOR);
+                mpri_buf_put_u32(out, index);
+                continue;
+            }
+            if ((e = encode_rec(item, out, tensors, dst_rank, depth + 1))) return e;
         }
         return MPR_OK;
     case MPR_VALUE_RREF:
@@ -290,7 +319,14 @@ void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out
 static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bool *requires_grad,
                            int *device, uint8_t *ndim, int64_t *shape, uint64_t *nbytes) {
     mpr_err_t e;
-    if ((e = mpri_read_u8(in, dtype)) || (e = mpri_read_u8(in, ndim))) return e;
+    if (in->left >= 2) { /* the common case without a call per byte */
+        *dtype = in->p[0];
+        *ndim = in->p[1];
+        in->p += 2;
+        in->left -= 2;
+    } else if ((e = mpri_read_u8(in, dtype)) || (e = mpri_read_u8(in, ndim))) {
+        return e;
+    }
     *requires_grad = (*dtype & MPRI_DESC_REQUIRES_GRAD) != 0;
     *device = -1;
     if (*dtype & MPRI_DESC_ON_DEVICE) {
@@ -306,9 +342,9 @@ static mpr_err_t read_desc(mpri_reader_t *in, uint32_t index, uint8_t *dtype, bo
     if ((e = mpri_read(in, shape, sizeof(int64_t) * *ndim))) return e;
     int64_t numel;
     if (mpri_tensor_check_shape("decode", *dtype, *ndim, shape, &numel) ||
-        (uint64_t)numel * mpr_dtype_size(*dtype) > MPRI_MAX_TENSOR_BYTES)
+        (uint64_t)numel * mpri_dtype_bytes(*dtype) > MPRI_MAX_TENSOR_BYTES)
         return mpr_error_set(MPR_ERR_DECODE, "tensor %u: invalid or oversized shape", index);
-    *nbytes = (uint64_t)numel * mpr_dtype_size(*dtype);
+    *nbytes = (uint64_t)numel * mpri_dtype_bytes(*dtype);
     return MPR_OK;
 }
 
@@ -339,16 +375,16 @@ static void release_made(mpr_tensor_t **out, uint32_t made) {
 static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t end, mpr_tensor_t **out) {
     size_t bytes = 0;
     for (uint32_t i = first; i < end; i++) {
-        size_t align = mpr_dtype_size(descs[i].dtype);
-        bytes = (bytes + align - 1) / align * align + descs[i].nbytes;
+        size_t align = mpri_dtype_bytes(descs[i].dtype);
+        bytes = ((bytes + align - 1) & ~(align - 1)) + descs[i].nbytes; /* dtype sizes are powers of two */
     }
     mpri_tensor_block_t *block = mpri_tensor_block_create(bytes, end - first);
     if (!block) return mpr_last_error_code();
     size_t at = 0;
     mpr_err_t e = MPR_OK;
     for (uint32_t i = first; i < end; i++) {
-        size_t align = mpr_dtype_size(descs[i].dtype);
-        at = (at + align - 1) / align * align;
+        size_t align = mpri_dtype_bytes(descs[i].dtype);
+        at = (at + align - 1) & ~(align - 1);
         int64_t shape[MPR_MAX_DIMS];
         desc_shape(&descs[i], shape);
         out[i] = mpri_tensor_block_carve(block, i - first, at, descs[i].dtype, descs[i].ndim, shape);
@@ -562,7 +598,21 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
                 items_slab = mpri_value_slab_create((uint32_t)room);
                 if (!items_slab) e = mpr_last_error_code();
             }
-            if (e || (e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, items_slab, &item))) {
+            uint32_t index;
+            if (!e && items_slab && depth < MPRI_MAX_VALUE_DEPTH && in->left >= TENSOR_ITEM_BYTES &&
+                in->p[0] == MPR_VALUE_TENSOR &&
+                (memcpy(&index, in->p + 1, sizeof index), index < ntensors)) {
+                /* A tensor item (most items of a parameter list), read here
+                 * without the recursive call; anything else, or a bad
+                 * index, goes through decode_rec. */
+                in->p += TENSOR_ITEM_BYTES;
+                in->left -= TENSOR_ITEM_BYTES;
+                item = mpri_value_slab_new_tensor(items_slab, tensors[index]);
+                if (!item) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
+            } else if (!e) {
+                e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, items_slab, &item);
+            }
+            if (e) {
                 mpri_value_slab_done(items_slab); /* before any of its values dies */
                 mpr_value_release(v);
                 return e;
