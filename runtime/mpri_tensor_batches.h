@@ -79,8 +79,8 @@ size_t mpri_batch_pack_bytes(mpr_tensor_t *const *tensors, uint32_t first, uint3
 /* Post batch tensors[first..end) as one MPI_Isend (send) or MPI_Irecv to/from
  * `peer` on `tag`. `scratch` has room for the message's tensors (its lens and
  * displs are used for an hindexed batch). A send given `pack` (of
- * mpri_batch_pack_bytes bytes, kept until the request completes) packs the
- * batch there. Returns an MPI error code. */
+ * mpri_batch_pack_bytes bytes, kept until the request completes; given only
+ * when that is not 0) packs the batch there. Returns an MPI error code. */
 int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
                     int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req);
 

@@ -117,13 +117,8 @@ size_t mpri_batch_pack_bytes(mpr_tensor_t *const *tensors, uint32_t first, uint3
 
 int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
                     int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req) {
-    size_t total;
-    if (end - first == 1 || batch_adjacent(tensors, first, end, &total)) {
-        void *at = tensor_bytes_at(tensors[first]);
-        int bytes = (int)(end - first == 1 ? tensor_bytes(tensors[first]) : total); /* <= 2 GiB */
-        return send ? MPI_Isend(at, bytes, MPI_BYTE, peer, tag, comm, req)
-                    : MPI_Irecv(at, bytes, MPI_BYTE, peer, tag, comm, req);
-    }
+    /* A pack buffer: the caller found the batch apart in memory
+     * (mpri_batch_pack_bytes > 0), so no second look. */
     if (send && pack) {
         uint8_t *p = pack;
         for (uint32_t i = first; i < end; i++) {
@@ -132,6 +127,13 @@ int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uin
             p += b;
         }
         return MPI_Isend(pack, (int)(p - (uint8_t *)pack), MPI_BYTE, peer, tag, comm, req);
+    }
+    size_t total;
+    if (end - first == 1 || batch_adjacent(tensors, first, end, &total)) {
+        void *at = tensor_bytes_at(tensors[first]);
+        int bytes = (int)(end - first == 1 ? tensor_bytes(tensors[first]) : total); /* <= 2 GiB */
+        return send ? MPI_Isend(at, bytes, MPI_BYTE, peer, tag, comm, req)
+                    : MPI_Irecv(at, bytes, MPI_BYTE, peer, tag, comm, req);
     }
     uint32_t k = end - first;
     int *lens = scratch->lens;

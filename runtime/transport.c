@@ -392,42 +392,57 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     h->magic = MPRI_WIRE_MAGIC;
     h->version = MPRI_WIRE_VERSION;
     h->body_len = (uint32_t)(m->wire.len - sizeof *h);
-    h->tensor_count = m->tensors.len;
-    if (h->tensor_count) {
-        unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
-        h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
-        h->batch_count = mpri_batches_plan(m->tensors.items, m->tensors.len, NULL);
-        mpri_tensor_descs_encode(&m->tensors, &m->wire);
-    }
-    if (m->wire.failed || m->wire.len > MPRI_MAX_MESSAGE_BYTES) {
-        size_t len = m->wire.len;
-        mpri_outmsg_fini(m);
-        return mpr_error_set(MPR_ERR_INVALID_ARG, "send: message of %zu bytes is too large", len);
-    }
-    memcpy(m->wire.data, h, sizeof *h);
-    if (dst == mpri_rt.rank) return send_local(m);
-
-    /* The message, then the tensors in batches (mpri_tensor_batches.h). */
-    uint32_t nt = h->tensor_count;
+    uint32_t nt = h->tensor_count = m->tensors.len;
+    /* The batch plan, made once: its count goes in the header, its batches
+     * are posted below (mpri_tensor_batches.h). */
     mpri_batch_scratch_t scratch;
-    MPI_Request stack_reqs[MPRI_BATCH_SCRATCH_INLINE + 1];
-    MPI_Request *reqs = nt <= MPRI_BATCH_SCRATCH_INLINE ? stack_reqs : malloc(sizeof *reqs * (nt + 1));
-    if (!reqs || !mpri_batch_scratch_init(&scratch, nt)) {
-        if (reqs != stack_reqs) free(reqs);
+    if (!mpri_batch_scratch_init(&scratch, nt)) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
     }
     uint32_t nbatches = nt ? mpri_batches_plan(m->tensors.items, nt, scratch.starts) : 0;
+    if (nt) {
+        unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
+        h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
+        h->batch_count = nbatches;
+        mpri_tensor_descs_encode(&m->tensors, &m->wire);
+    }
+    if (m->wire.failed || m->wire.len > MPRI_MAX_MESSAGE_BYTES) {
+        size_t len = m->wire.len;
+        mpri_batch_scratch_fini(&scratch);
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "send: message of %zu bytes is too large", len);
+    }
+    memcpy(m->wire.data, h, sizeof *h);
+    if (dst == mpri_rt.rank) {
+        mpri_batch_scratch_fini(&scratch);
+        return send_local(m);
+    }
+
+    /* The message, then the tensors in batches. */
+    MPI_Request stack_reqs[MPRI_BATCH_SCRATCH_INLINE + 1];
+    MPI_Request *reqs = nt <= MPRI_BATCH_SCRATCH_INLINE ? stack_reqs : malloc(sizeof *reqs * (nt + 1));
+    /* Each batch's packed bytes (0: sent from its own memory), found once. */
+    size_t stack_pack[MPRI_BATCH_SCRATCH_INLINE];
+    size_t *batch_pack = nbatches <= MPRI_BATCH_SCRATCH_INLINE ? stack_pack : malloc(sizeof *batch_pack * nbatches);
+    if (!reqs || !batch_pack) {
+        if (reqs != stack_reqs) free(reqs);
+        if (batch_pack != stack_pack) free(batch_pack);
+        mpri_batch_scratch_fini(&scratch);
+        mpri_outmsg_fini(m);
+        return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
+    }
     /* One buffer for the batches of small tensors that are packed. */
     size_t pack_total = 0;
     for (uint32_t b = 0; b < nbatches; b++)
-        pack_total += mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
+        pack_total += batch_pack[b] = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
     /* From the host allocator: a buffer of 64 KiB or more comes back warm
      * from its cache, not fresh pages to fault in while packing. */
     uint8_t *packed = pack_total ? mpri_host_alloc(pack_total) : NULL;
     if (pack_total && !packed) {
         mpri_batch_scratch_fini(&scratch);
         if (reqs != stack_reqs) free(reqs);
+        if (batch_pack != stack_pack) free(batch_pack);
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory packing %zu bytes of tensors", pack_total);
     }
@@ -438,14 +453,14 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     m->left = posted > 0;
     size_t pack_at = 0;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
-        size_t pack_bytes = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
         rc = mpri_batch_post(true, m->tensors.items, scratch.starts[b], scratch.starts[b + 1], dst,
-                             (int)h->data_tag, mpri_rt.comm, &scratch, pack_bytes ? packed + pack_at : NULL,
+                             (int)h->data_tag, mpri_rt.comm, &scratch, batch_pack[b] ? packed + pack_at : NULL,
                              &reqs[1 + b]);
-        pack_at += pack_bytes;
+        pack_at += batch_pack[b];
         if (rc == MPI_SUCCESS) posted++;
     }
     mpri_batch_scratch_fini(&scratch);
+    if (batch_pack != stack_pack) free(batch_pack);
     mpr_err_t err = MPR_OK;
     if (rc != MPI_SUCCESS) {
         if (posted == 0) mpri_uncount_sent(dst);
