@@ -135,7 +135,8 @@ static inline mpr_err_t mpri_tensor_check_shape(const char *op, mpr_dtype_t dtyp
     int64_t numel = 1, stride_span = 1;
     for (int i = 0; i < ndim; i++) {
         int64_t d = shape[i] > 0 ? shape[i] : 1;
-        if (shape[i] < 0 || __builtin_mul_overflow(stride_span, d, &stride_span) || stride_span > INT64_MAX / 16)
+        if (shape[i] < 0 || __builtin_mul_overflow(stride_span, d, &stride_span) ||
+            stride_span > INT64_MAX / 16)
             return mpri_tensor_shape_error(op, dtype, ndim, shape);
         numel *= shape[i];
     }

@@ -163,10 +163,6 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
     mpri_msg_done(msg);
 }
 
-/* Header received into `msg` (its bytes follow the struct): validate,
- * allocate the tensors and plan their batches; a message without tensors is
- * dispatched at once, one with tensors goes to `*to_post`, whose receives
- * the polling thread posts once it released the poll lock. */
 /* The most tensor data a message may carry and still have its receives
  * posted under the poll lock (below Open MPI's shared-memory and TCP eager
  * limits, 4 KiB and 64 KiB: no CMA read of megabytes inside MPI_Irecv). */
@@ -174,6 +170,11 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
 
 static void post_receives(mpri_msg_t *msg);
 
+/* Header received into `msg` (its bytes follow the struct): validate,
+ * allocate the tensors and plan their batches; a message without tensors is
+ * dispatched at once; one with more than POST_LOCKED_MAX_BYTES of tensors
+ * goes to `*to_post`, whose receives the polling thread posts once it
+ * released the poll lock, one with less has them posted here. */
 static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to_post) {
     uint8_t *data = msg->data;
     msg->len = len;
@@ -240,7 +241,8 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
      * receive copies at most that much): posted now, under the lock, and
      * dispatched by this same poll (test_assembling), not the next one. */
     size_t data_bytes = 0;
-    for (uint32_t i = 0; i < n && data_bytes <= POST_LOCKED_MAX_BYTES; i++) data_bytes += mpr_tensor_nbytes(msg->tensors[i]);
+    for (uint32_t i = 0; i < n && data_bytes <= POST_LOCKED_MAX_BYTES; i++)
+        data_bytes += mpr_tensor_nbytes(msg->tensors[i]);
     if (data_bytes <= POST_LOCKED_MAX_BYTES) {
         post_receives(msg);
         return;

@@ -424,7 +424,8 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     MPI_Request *reqs = nt <= MPRI_BATCH_SCRATCH_INLINE ? stack_reqs : malloc(sizeof *reqs * (nt + 1));
     /* Each batch's packed bytes (0: sent from its own memory), found once. */
     size_t stack_pack[MPRI_BATCH_SCRATCH_INLINE];
-    size_t *batch_pack = nbatches <= MPRI_BATCH_SCRATCH_INLINE ? stack_pack : malloc(sizeof *batch_pack * nbatches);
+    size_t *batch_pack =
+        nbatches <= MPRI_BATCH_SCRATCH_INLINE ? stack_pack : malloc(sizeof *batch_pack * nbatches);
     if (!reqs || !batch_pack) {
         if (reqs != stack_reqs) free(reqs);
         if (batch_pack != stack_pack) free(batch_pack);
@@ -434,8 +435,10 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     }
     /* One buffer for the batches of small tensors that are packed. */
     size_t pack_total = 0;
-    for (uint32_t b = 0; b < nbatches; b++)
-        pack_total += batch_pack[b] = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
+    for (uint32_t b = 0; b < nbatches; b++) {
+        batch_pack[b] = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
+        pack_total += batch_pack[b];
+    }
     /* From the host allocator: a buffer of 64 KiB or more comes back warm
      * from its cache, not fresh pages to fault in while packing. */
     uint8_t *packed = pack_total ? mpri_host_alloc(pack_total) : NULL;
@@ -454,8 +457,8 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     size_t pack_at = 0;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
         rc = mpri_batch_post(true, m->tensors.items, scratch.starts[b], scratch.starts[b + 1], dst,
-                             (int)h->data_tag, mpri_rt.comm, &scratch, batch_pack[b] ? packed + pack_at : NULL,
-                             &reqs[1 + b]);
+                             (int)h->data_tag, mpri_rt.comm, &scratch,
+                             batch_pack[b] ? packed + pack_at : NULL, &reqs[1 + b]);
         pack_at += batch_pack[b];
         if (rc == MPI_SUCCESS) posted++;
     }

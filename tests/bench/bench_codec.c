@@ -131,13 +131,15 @@ int main(int argc, char **argv) {
     int reps = 200, nspecs = 0, counts[16], bytes[16];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && (reps = atoi(argv[++i])) > 0) continue;
-        if (nspecs < 16 && sscanf(argv[i], "%dx%d", &counts[nspecs], &bytes[nspecs]) == 2 && counts[nspecs] > 0 &&
-            counts[nspecs] <= 65536 && bytes[nspecs] >= 4 && bytes[nspecs] % 4 == 0 && bytes[nspecs] <= (1 << 20)) {
-            nspecs++;
+        int c = 0, b = 0;
+        if (nspecs < 16 && sscanf(argv[i], "%dx%d", &c, &b) == 2 && c > 0 && c <= 65536 && b >= 4 &&
+            b % 4 == 0 && b <= (1 << 20)) {
+            counts[nspecs] = c;
+            bytes[nspecs++] = b;
             continue;
         }
-        fprintf(stderr, "usage: bench_codec [COUNTxBYTES ...] [--reps N]  (COUNT 1..65536, BYTES a multiple of 4 "
-                        "up to 1 MiB; default 4096x256 256x1024)\n");
+        fprintf(stderr, "usage: bench_codec [COUNTxBYTES ...] [--reps N]  (COUNT 1..65536, BYTES a "
+                        "multiple of 4 up to 1 MiB; default 4096x256 256x1024)\n");
         return 2;
     }
     if (!nspecs) {
