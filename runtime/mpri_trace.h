@@ -95,6 +95,10 @@ bool mpri_trace_take_handoff(void);
 /* Name the calling thread's track ("progress", "pool", ...). Cheap; may be
  * called while tracing is off (the name is kept for later). */
 void mpri_trace_name_thread(const char *name);
+/* A thread the runtime started (progress, pool workers, deadline timer):
+ * its trace track name, and "mpirpc <name>" as its OS thread name (top -H,
+ * gdb, perf; cut to 15 characters). Never for a user's thread. */
+void mpri_name_runtime_thread(const char *name);
 
 /* Start recording for MPIRPC_TRACE=<p> (mpri_observe_init); errors as mpr_trace_start. */
 mpr_err_t mpri_trace_start_from_env(const char *p);

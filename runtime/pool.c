@@ -122,7 +122,7 @@ static void *worker_main(void *unused) {
     is_pool_thread = true;
     char name[32];
     snprintf(name, sizeof name, "pool %d", atomic_fetch_add(&next_worker_index, 1));
-    mpri_trace_name_thread(name);
+    mpri_name_runtime_thread(name);
     for (;;) {
         idle_spin();
         task_t t;

@@ -479,7 +479,7 @@ static void nap_while_others_poll(void) {
 }
 
 static void *progress_main(void *unused) {
-    mpri_trace_name_thread("progress");
+    mpri_name_runtime_thread("progress");
     in_progress_context = true;
     is_progress_thread = true;
     int64_t idle_since = mpri_now_ns();

@@ -18,6 +18,7 @@
  * - Named ranges nest per thread (a stack of 32; deeper ones are counted so
  *   ends still pair); a range is recorded at its end, only if recording is
  *   on then. */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -194,6 +195,13 @@ void mpri_trace_name_thread(const char *name) {
         snprintf(my_ring->thread_name, sizeof my_ring->thread_name, "%s", name);
         pthread_mutex_unlock(&reg_lock);
     }
+}
+
+void mpri_name_runtime_thread(const char *name) {
+    mpri_trace_name_thread(name);
+    char os_name[16]; /* the kernel keeps 15 characters */
+    snprintf(os_name, sizeof os_name, "mpirpc %s", name);
+    (void)pthread_setname_np(pthread_self(), os_name); /* best effort: only a label */
 }
 
 mpri_trace_ring_t *mpri_trace_rings(void) {

@@ -1,6 +1,8 @@
 /* test_rpc_calls.c — rpc_sync/rpc_async between ranks: results, then-chains,
  * self-calls, remote errors, unknown functions, timeouts, tensors, the
- * per-message tensor limits, nested and async-execution chains. Run with 2, 3 and 4 ranks. */
+ * per-message tensor limits, nested and async-execution chains, the runtime's
+ * thread names. Run with 2, 3 and 4 ranks. */
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -142,6 +144,32 @@ static mpr_err_t fn_async_chain(mpr_call_ctx_t *ctx, const mpr_value_t *args, mp
     *out = mpr_future_then(f, add_one, NULL);
     mpr_future_release(f);
     return MPR_OK;
+}
+
+/* The runtime's own threads carry OS names (top -H, gdb, perf): one
+ * "mpirpc progress", one "mpirpc deadline", one "mpirpc pool N" per worker
+ * (1 here); the user's main thread keeps its name. */
+static void test_thread_names(void) {
+    int progress = 0, timer = 0, pool = 0;
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], name[64] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a thread that just exited */
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = '\0';
+        fclose(f);
+        progress += strcmp(name, "mpirpc progress") == 0;
+        timer += strcmp(name, "mpirpc deadline") == 0;
+        pool += strncmp(name, "mpirpc pool ", 12) == 0;
+        if (atoi(e->d_name) == getpid()) CHECK(strncmp(name, "mpirpc", 6) != 0);
+    }
+    closedir(d);
+    CHECK(progress == 1);
+    CHECK(timer == 1);
+    CHECK(pool == 1);
 }
 
 static void test_sync_and_names(void) {
@@ -479,6 +507,7 @@ int main(int argc, char **argv) {
     rank = mpr_get_debug_info(&(mpr_debug_info_t){0}) == MPR_OK ? mpitest_rank() : -1;
     size = mpr_world_size();
     CHECK(size >= 2);
+    RUN_TEST(test_thread_names);
     RUN_TEST(test_sync_and_names);
     RUN_TEST(test_async_and_then);
     RUN_TEST(test_self_call);
