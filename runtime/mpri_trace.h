@@ -23,6 +23,7 @@
 #define MPRI_TRACE_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -95,10 +96,11 @@ bool mpri_trace_take_handoff(void);
 /* Name the calling thread's track ("progress", "pool", ...). Cheap; may be
  * called while tracing is off (the name is kept for later). */
 void mpri_trace_name_thread(const char *name);
-/* A thread the runtime started (progress, pool workers, deadline timer):
- * its trace track name, and "mpirpc <name>" as its OS thread name (top -H,
- * gdb, perf; cut to 15 characters). Never for a user's thread. */
-void mpri_name_runtime_thread(const char *name);
+/* Give `thread`, which the runtime just started (progress, pool workers,
+ * deadline timer), the OS name "mpirpc <name>" (top -H, gdb, perf; cut to
+ * 15 characters). Called by the creator right after pthread_create, so the
+ * name is in place when mpr_init returns. Never for a user's thread. */
+void mpri_name_runtime_thread(pthread_t thread, const char *name);
 
 /* Start recording for MPIRPC_TRACE=<p> (mpri_observe_init); errors as mpr_trace_start. */
 mpr_err_t mpri_trace_start_from_env(const char *p);

@@ -255,7 +255,7 @@ void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message) {
 #define TIMER_IDLE_NS 1000000000LL /* re-check at least once a second */
 
 static void *timer_main(void *unused) {
-    mpri_name_runtime_thread("deadline timer");
+    mpri_trace_name_thread("deadline timer");
     pthread_mutex_lock(&table.lock);
     while (!table.timer_stop) {
         int64_t now = mpri_now_ns();
@@ -285,6 +285,7 @@ mpr_err_t mpri_pending_timer_start(void) {
     pthread_condattr_destroy(&attr);
     table.timer_stop = false;
     bool ok = pthread_create(&table.timer, NULL, timer_main, NULL) == 0;
+    if (ok) mpri_name_runtime_thread(table.timer, "deadline timer");
     table.timer_running = ok;
     pthread_mutex_unlock(&table.lock);
     if (!ok) {

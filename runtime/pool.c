@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -116,13 +117,11 @@ static void idle_spin(void) {
     }
 }
 
-static atomic_int next_worker_index;
-
-static void *worker_main(void *unused) {
+static void *worker_main(void *index) {
     is_pool_thread = true;
     char name[32];
-    snprintf(name, sizeof name, "pool %d", atomic_fetch_add(&next_worker_index, 1));
-    mpri_name_runtime_thread(name);
+    snprintf(name, sizeof name, "pool %d", (int)(intptr_t)index);
+    mpri_trace_name_thread(name);
     for (;;) {
         idle_spin();
         task_t t;
@@ -173,7 +172,6 @@ mpr_err_t mpri_pool_submit(mpri_task_fn_t fn, mpri_task_fn_t drop, void *arg) {
 }
 
 mpr_err_t mpri_pool_start(int nthreads) {
-    atomic_store(&next_worker_index, 0);
     atomic_store(&pool.stopping, false);
     pool.threads = calloc((size_t)nthreads, sizeof *pool.threads);
     if (!pool.threads) return mpr_error_set(MPR_ERR_NOMEM, "worker pool: out of memory");
@@ -181,12 +179,15 @@ mpr_err_t mpri_pool_start(int nthreads) {
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 16u << 20);
     for (int i = 0; i < nthreads; i++) {
-        if (pthread_create(&pool.threads[i], &attr, worker_main, NULL) != 0) {
+        if (pthread_create(&pool.threads[i], &attr, worker_main, (void *)(intptr_t)i) != 0) {
             pthread_attr_destroy(&attr);
             pool.nthreads = i;
             mpri_pool_stop();
             return mpr_error_set(MPR_ERR_NOMEM, "worker pool: cannot start thread %d", i);
         }
+        char name[32];
+        snprintf(name, sizeof name, "pool %d", i);
+        mpri_name_runtime_thread(pool.threads[i], name);
     }
     pthread_attr_destroy(&attr);
     pool.nthreads = nthreads;

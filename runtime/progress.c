@@ -479,7 +479,7 @@ static void nap_while_others_poll(void) {
 }
 
 static void *progress_main(void *unused) {
-    mpri_name_runtime_thread("progress");
+    mpri_trace_name_thread("progress");
     in_progress_context = true;
     is_progress_thread = true;
     int64_t idle_since = mpri_now_ns();
@@ -605,6 +605,7 @@ mpr_err_t mpri_progress_start(void) {
         return mpr_error_set(MPR_ERR_NOMEM, "cannot start the progress thread");
     }
     prog.thread_started = true;
+    mpri_name_runtime_thread(prog.thread, "progress");
     bind_progress_thread(prog.thread);
     return MPR_OK;
 }

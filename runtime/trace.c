@@ -197,11 +197,10 @@ void mpri_trace_name_thread(const char *name) {
     }
 }
 
-void mpri_name_runtime_thread(const char *name) {
-    mpri_trace_name_thread(name);
+void mpri_name_runtime_thread(pthread_t thread, const char *name) {
     char os_name[16]; /* the kernel keeps 15 characters */
     snprintf(os_name, sizeof os_name, "mpirpc %s", name);
-    (void)pthread_setname_np(pthread_self(), os_name); /* best effort: only a label */
+    (void)pthread_setname_np(thread, os_name); /* best effort: only a label */
 }
 
 mpri_trace_ring_t *mpri_trace_rings(void) {
