@@ -131,9 +131,9 @@ int main(int argc, char **argv) {
     int reps = 200, nspecs = 0, counts[16], bytes[16];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && (reps = atoi(argv[++i])) > 0) continue;
-        int c = 0, b = 0;
-        if (nspecs < 16 && sscanf(argv[i], "%dx%d", &c, &b) == 2 && c > 0 && c <= 65536 && b >= 4 &&
-            b % 4 == 0 && b <= (1 << 20)) {
+        int c = 0, b = 0, end = 0; /* end: the whole argument was read ("12x8junk" is refused) */
+        if (nspecs < 16 && sscanf(argv[i], "%dx%d%n", &c, &b, &end) == 2 && argv[i][end] == '\0' && c > 0 &&
+            c <= 65536 && b >= 4 && b % 4 == 0 && b <= (1 << 20)) {
             counts[nspecs] = c;
             bytes[nspecs++] = b;
             continue;
