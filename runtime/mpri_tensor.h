@@ -96,6 +96,26 @@ mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstora
 mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, size_t offset,
                                       mpr_dtype_t dtype, int ndim, const int64_t *shape);
 void mpri_tensor_block_release(mpri_tensor_block_t *b);
+/* Drop `n` >= 1 references to `b` at once (the block's storages released by
+ * one batch: mpri_tensor_release_flush). */
+void mpri_tensor_block_release_many(mpri_tensor_block_t *b, long n);
+
+/* Releases of many tensors by one thread (a dying list's items), with the
+ * shared counters dropped once per batch instead of once per tensor: the
+ * live-tensor count, and the block reference of a run of tensors carved
+ * from the same block. Start from {0}, pass each tensor to
+ * mpri_tensor_release_deferred (it does what mpr_tensor_release does but
+ * for those two drops), end with mpri_tensor_release_flush. Until the
+ * flush a block whose last storage died stays allocated, and
+ * mpr_tensor_live_count counts the released tensors: flush before anything
+ * that reads it. */
+typedef struct {
+    long live_tensors;          /* released tensors not yet taken off the count */
+    mpri_tensor_block_t *block; /* the run's block, NULL for none */
+    long block_refs;            /* references to `block` to drop */
+} mpri_tensor_release_batch_t;
+void mpri_tensor_release_deferred(mpr_tensor_t *t, mpri_tensor_release_batch_t *batch);
+void mpri_tensor_release_flush(mpri_tensor_release_batch_t *batch);
 
 /* A tensor viewing `storage` (a new reference is taken). strides NULL means
  * contiguous row-major. Checks that the view stays inside the storage. */

@@ -4,7 +4,10 @@
  * Invariants: a tensor's view (offset + strides * (shape-1)) always lies inside
  * its storage (checked when the view is made); refcounts are atomic so tensors
  * can be shared across the progress thread, the worker pool and user threads;
- * the live-tensor counter is exact (tests use it to detect leaks). A live
+ * the live-tensor counter is exact (tests use it to detect leaks) but
+ * inside a release batch, which takes its tensors off at its flush
+ * (mpri_tensor_release_deferred; mpri_refcount.h: a last reference is
+ * dropped without a locked instruction). A live
  * tensor carries MPRI_TENSOR_MAGIC; the last release poisons it (magic DEAD,
  * storage cleared) and frees it through the quarantine, and every public
  * entry checks the magic (mpri_misuse_abort naming the tensor otherwise).
@@ -16,6 +19,7 @@
 #include "mpri_args.h"
 #include "mpri_host_alloc.h"
 #include "mpri_quarantine.h"
+#include "mpri_refcount.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,11 +65,20 @@ mpri_storage_t *mpri_storage_retain(mpri_storage_t *s) {
     return s;
 }
 
-void mpri_storage_release(mpri_storage_t *s) {
-    if (!s) return;
-    if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+/* Drop a storage reference; a block storage's last one drops a block
+ * reference now, or adds it to `batch` (NULL: now). */
+static void storage_release(mpri_storage_t *s, mpri_tensor_release_batch_t *batch) {
+    if (!s || !mpri_refcount_drop(&s->refcount)) return;
     if (s->block) { /* bytes and record belong to a shared block (tensor_block.c) */
-        mpri_tensor_block_release(s->block);
+        if (!batch) {
+            mpri_tensor_block_release(s->block);
+        } else if (batch->block == s->block) {
+            batch->block_refs++;
+        } else {
+            if (batch->block) mpri_tensor_block_release_many(batch->block, batch->block_refs);
+            batch->block = s->block;
+            batch->block_refs = 1;
+        }
         return;
     }
     if (s->free_data)
@@ -74,6 +87,8 @@ void mpri_storage_release(mpri_storage_t *s) {
         mpri_host_free(s->data, s->nbytes);
     free(s);
 }
+
+void mpri_storage_release(mpri_storage_t *s) { storage_release(s, NULL); }
 
 mpr_err_t mpri_tensor_shape_error(const char *op, mpr_dtype_t dtype, int ndim, const int64_t *shape) {
     if ((int)dtype < 0 || dtype >= MPR_DTYPE_COUNT)
@@ -208,13 +223,15 @@ mpr_tensor_t *mpr_tensor_retain(mpr_tensor_t *t) {
     return t;
 }
 
-void mpr_tensor_release(mpr_tensor_t *t) {
-    if (!t) return;
-    mpri_tensor_check_live(t, __func__);
+/* Drop one reference to `t`; the last one frees it. With a batch, the
+ * live-tensor count and a block storage's block reference are dropped at
+ * mpri_tensor_release_flush instead of here. */
+static void tensor_release(mpr_tensor_t *t, mpri_tensor_release_batch_t *batch) {
+    mpri_tensor_check_live(t, "mpr_tensor_release");
     /* Read before dropping our reference: once it is dropped, another
      * thread's release may free `t` at any moment. */
     long scope_refs = atomic_load(&t->scope_refs);
-    long left = atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) - 1;
+    long left = mpri_refcount_drop_n(&t->refcount, 1);
     if (left < scope_refs) {
         char d[128];
         mpri_misuse_abort("mpr_tensor_release: tensor %p (%s) is owned by an open scope: results of ops "
@@ -225,15 +242,35 @@ void mpr_tensor_release(mpr_tensor_t *t) {
     if (left != 0) return;
     if (t->autograd && autograd_release_hook) autograd_release_hook(t->autograd);
     mpri_storage_t *s = t->storage;
-    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    if (batch)
+        batch->live_tensors++;
+    else
+        atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
     t->magic = MPRI_TENSOR_DEAD;
     t->storage = NULL;
     t->autograd = NULL;
     bool in_block = t->in_block;
     if (!in_block) mpri_quarantine_free(t);
     /* A struct in a tensor block goes with the block, which its storage's
-     * last release frees: `t` is not touched after this. */
-    mpri_storage_release(s);
+     * last release frees (with a batch: at its flush): `t` is not touched
+     * after this. */
+    storage_release(s, batch);
+}
+
+void mpr_tensor_release(mpr_tensor_t *t) {
+    if (t) tensor_release(t, NULL);
+}
+
+void mpri_tensor_release_deferred(mpr_tensor_t *t, mpri_tensor_release_batch_t *batch) {
+    if (t) tensor_release(t, batch);
+}
+
+void mpri_tensor_release_flush(mpri_tensor_release_batch_t *batch) {
+    if (batch->live_tensors) atomic_fetch_sub_explicit(&live_tensors, batch->live_tensors, memory_order_relaxed);
+    if (batch->block) mpri_tensor_block_release_many(batch->block, batch->block_refs);
+    batch->live_tensors = 0;
+    batch->block = NULL;
+    batch->block_refs = 0;
 }
 
 static _Atomic(const mpri_tensor_grad_flag_hooks_t *) grad_flag_hooks;

@@ -19,6 +19,7 @@
 
 #include "mpri_assert.h"
 #include "mpri_host_alloc.h"
+#include "mpri_refcount.h"
 #include "mpri_tensor.h"
 
 struct mpri_tensor_block {
@@ -78,7 +79,8 @@ mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, si
                           memory_order_relaxed);
     return mpri_tensor_init_whole(&b->tensors[index], true, s, dtype, ndim, shape);
 }
-void mpri_tensor_block_release(mpri_tensor_block_t *b) {
-    if (b && atomic_fetch_sub_explicit(&b->refcount, 1, memory_order_acq_rel) == 1)
-        mpri_host_free(b, b->total_bytes);
+void mpri_tensor_block_release_many(mpri_tensor_block_t *b, long n) {
+    if (b && mpri_refcount_drop_n(&b->refcount, n) == 0) mpri_host_free(b, b->total_bytes);
 }
+
+void mpri_tensor_block_release(mpri_tensor_block_t *b) { mpri_tensor_block_release_many(b, 1); }

@@ -12,7 +12,10 @@
  * in constant stack. Every getter with an output sets it to NULL/zero first.
  * A value in a slab (mpri_value.h) is poisoned like any other; its struct is
  * freed with the slab, whose refcount is the number of its live values plus
- * one while its decoder holds it. */
+ * one while its decoder holds it. One release batches the drops of shared
+ * counters over a list's dying tensor items (the slab's, the tensors' live
+ * count and blocks: one atomic per run instead of one per item) and flushes
+ * them before it returns. */
 #include "mpri_value.h"
 
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 #include "mpri_args.h"
 #include "mpri_host_alloc.h"
 #include "mpri_quarantine.h"
+#include "mpri_refcount.h"
 #include "mpri_tensor.h"
 
 static mpr_value_t none_value = {.kind = MPR_VALUE_NONE, .immortal = true, .magic = MPRI_VALUE_MAGIC};
@@ -194,13 +198,19 @@ mpr_value_t *mpr_value_retain(mpr_value_t *v) {
 static bool drop_ref(mpr_value_t *v) {
     mpri_value_check_live(v, "mpr_value_release");
     if (v->immortal) return false;
-    return atomic_fetch_sub_explicit(&v->refcount, 1, memory_order_acq_rel) == 1;
+    return mpri_refcount_drop(&v->refcount);
 }
 
-/* Values whose last reference is gone and whose items are still to drop. */
+/* One release's state: values whose last reference is gone and whose
+ * items are still to drop, and the shared counters whose drops are batched
+ * over a list's tensor items (the tensors' live count and blocks, the
+ * values' slab), flushed when the release ends. */
 typedef struct {
     mpr_value_t **items;
     size_t len, cap;
+    mpri_tensor_release_batch_t tensors;
+    struct mpri_value_slab *slab; /* the run's slab, NULL for none */
+    long slab_refs;               /* references to `slab` to drop */
 } worklist_t;
 
 static void destroy_recursive(mpr_value_t *v);
@@ -214,7 +224,7 @@ struct mpri_value_slab {
 static size_t slab_bytes(uint32_t cap) { return sizeof(mpri_value_slab_t) + (size_t)cap * sizeof(mpr_value_t); }
 
 static void slab_drop(mpri_value_slab_t *s, long n) {
-    if (atomic_fetch_sub_explicit(&s->refcount, n, memory_order_acq_rel) == n) mpri_host_free(s, slab_bytes(s->cap));
+    if (mpri_refcount_drop_n(&s->refcount, n) == 0) mpri_host_free(s, slab_bytes(s->cap));
 }
 
 mpri_value_slab_t *mpri_value_slab_create(uint32_t cap) {
@@ -251,6 +261,27 @@ void mpri_value_slab_done(mpri_value_slab_t *s) {
     if (s) slab_drop(s, 1 - (long)s->used);
 }
 
+/* Drop `v`'s slab reference (the struct goes with the slab's last), batched
+ * in `w` with those of the values before it from the same slab. */
+static void slab_drop_batched(mpr_value_t *v, worklist_t *w) {
+    if (w->slab == v->slab) {
+        w->slab_refs++;
+        return;
+    }
+    if (w->slab) slab_drop(w->slab, w->slab_refs);
+    w->slab = v->slab;
+    w->slab_refs = 1;
+}
+
+/* A dead tensor item of a list (most of a decoded parameter list): its
+ * tensor and slab drops batched in `w`. */
+static void destroy_tensor_item(mpr_value_t *v, worklist_t *w) {
+    mpri_tensor_release_deferred(v->u.tensor, &w->tensors);
+    v->magic = MPRI_VALUE_DEAD;
+    v->u.tensor = NULL;
+    slab_drop_batched(v, w);
+}
+
 /* Free `v`'s own resources and memory; a list's items whose last reference
  * this was go to `w` (or are destroyed recursively if `w` cannot grow). */
 static void destroy_one(mpr_value_t *v, worklist_t *w) {
@@ -263,6 +294,10 @@ static void destroy_one(mpr_value_t *v, worklist_t *w) {
         for (size_t i = 0; i < v->u.list.len; i++) {
             mpr_value_t *item = v->u.list.items[i];
             if (!drop_ref(item)) continue;
+            if (item->kind == MPR_VALUE_TENSOR && item->slab) {
+                destroy_tensor_item(item, w);
+                continue;
+            }
             if (w->len == w->cap) {
                 size_t cap = w->cap ? w->cap * 2 : 64;
                 mpr_value_t **grown = realloc(w->items, cap * sizeof *grown);
@@ -286,7 +321,7 @@ static void destroy_one(mpr_value_t *v, worklist_t *w) {
     v->magic = MPRI_VALUE_DEAD;
     memset(&v->u, 0, sizeof v->u);
     if (v->slab)
-        slab_drop(v->slab, 1);
+        slab_drop_batched(v, w);
     else
         mpri_quarantine_free(v);
 }
@@ -296,6 +331,8 @@ static void destroy_recursive(mpr_value_t *v) {
     destroy_one(v, &w);
     while (w.len) destroy_one(w.items[--w.len], &w);
     free(w.items);
+    mpri_tensor_release_flush(&w.tensors);
+    if (w.slab) slab_drop(w.slab, w.slab_refs);
 }
 
 void mpr_value_release(mpr_value_t *v) {

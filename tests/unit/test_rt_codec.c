@@ -622,6 +622,47 @@ static void test_small_tensors_share_a_block(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live0);
 }
 
+/* Releases batched by one thread (a dying list's items): the live count
+ * and the block references are dropped at the flush, runs of tensors from
+ * the same block (A A, then B, then A again) each drop their block once,
+ * a tensor still referenced elsewhere survives the batch with its block,
+ * and every block goes with its last tensor (ASan: no use after free when
+ * the survivor is read, no leak of the small blocks). */
+static void test_release_batch(void **state) {
+    (void)state;
+    int64_t live0 = mpr_tensor_live_count();
+    const int64_t len = 4;
+    mpri_tensor_block_t *blocks[2];
+    mpr_tensor_t *ts[2][3];
+    for (int b = 0; b < 2; b++) {
+        blocks[b] = mpri_tensor_block_create(3 * 16, 3);
+        assert_non_null(blocks[b]);
+        for (uint32_t i = 0; i < 3; i++) {
+            ts[b][i] = mpri_tensor_block_carve(blocks[b], i, 16 * i, MPR_F32, 1, &len);
+            assert_non_null(ts[b][i]);
+            memset(mpr_tensor_data(ts[b][i]), 10 * b + (int)i, 16);
+        }
+        mpri_tensor_block_release(blocks[b]); /* the creator's reference */
+    }
+    assert_int_equal(mpr_tensor_live_count(), live0 + 6);
+    mpr_tensor_t *survivor = mpr_tensor_retain(ts[0][2]);
+    mpri_tensor_release_batch_t batch = {0};
+    mpr_tensor_t *order[6] = {ts[0][0], ts[0][1], ts[1][0], ts[0][2], ts[1][1], ts[1][2]};
+    for (int i = 0; i < 6; i++) mpri_tensor_release_deferred(order[i], &batch);
+    assert_int_equal(batch.live_tensors, 5);
+    assert_int_equal(mpr_tensor_live_count(), live0 + 6); /* not yet taken off */
+    mpri_tensor_release_flush(&batch);
+    assert_int_equal(batch.live_tensors, 0);
+    assert_null(batch.block);
+    assert_int_equal(mpr_tensor_live_count(), live0 + 1);
+    const uint8_t *d = mpr_tensor_data(survivor);
+    for (int i = 0; i < 16; i++) assert_int_equal(d[i], 2);
+    mpr_tensor_release(survivor);
+    assert_int_equal(mpr_tensor_live_count(), live0);
+    mpri_tensor_release_flush(&batch); /* an empty batch: nothing to drop */
+    assert_int_equal(mpr_tensor_live_count(), live0);
+}
+
 /* The tensor items of a decoded list share one slab of value structs
  * (value.c): distinct tensors' items come from it, repeats beyond the
  * message's tensor count and one-item lists from the heap; each value is
@@ -697,6 +738,7 @@ int main(void) {
         cmocka_unit_test(test_device_descriptor),
         cmocka_unit_test(test_small_tensors_share_a_block),
         cmocka_unit_test(test_tensor_values_share_a_slab),
+        cmocka_unit_test(test_release_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
