@@ -258,7 +258,11 @@ mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t) {
 void mpri_value_slab_done(mpri_value_slab_t *s) {
     /* No value of it died before (mpri_value.h): the count is exact. One
      * atomic for all the values taken, minus the decoder's reference. */
-    if (s) slab_drop(s, 1 - (long)s->used);
+    if (!s) return;
+    if (s->used == 0)
+        slab_drop(s, 1);
+    else if (s->used > 1)
+        atomic_fetch_add_explicit(&s->refcount, (long)s->used - 1, memory_order_relaxed);
 }
 
 /* Drop `v`'s slab reference (the struct goes with the slab's last), batched
