@@ -6,7 +6,8 @@
  * mapped prefaulted (resident before the first touch, mincore), from 2 MiB
  * on a 2 MiB boundary (for transparent huge pages), and unmapped when the
  * cache lets them go; a mapping the system refuses is a NULL block (a
- * tensor: MPR_ERR_NOMEM). */
+ * tensor: MPR_ERR_NOMEM). Storages of up to 16 KiB carry their bytes in
+ * their own allocation instead. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -75,6 +76,29 @@ static void test_tensor_storage_uses_cache(void **state) {
     assert_ptr_equal(u->storage->data, p);
     mpr_tensor_release(u);
     mpri_host_cache_trim();
+}
+
+/* Small storages (up to 16 KiB) hold their bytes in their own allocation,
+ * right after the record, still 64-byte aligned; larger ones keep bytes of
+ * their own (from the host allocator); every size is writable to its end
+ * and freed with the tensor (ASan: no overflow, no leak). */
+static void test_small_storage_bytes_inline(void **state) {
+    const int64_t lens[] = {1, 5, 16, 4096, 4097, 1 << 14};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_F32, 1, &lens[i]);
+        assert_non_null(t);
+        mpri_storage_t *s = t->storage;
+        assert_int_equal((uintptr_t)s->data % 64, 0);
+        bool inline_bytes = (uint8_t *)s->data == (uint8_t *)s + 64;
+        assert_true(inline_bytes == (s->nbytes <= ((size_t)16 << 10)));
+        memset(s->data, 0x5a, s->nbytes);
+        mpr_tensor_release(t);
+    }
+    int64_t zero = 0; /* no bytes: a storage like any other */
+    mpr_tensor_t *z = mpr_tensor_empty(MPR_F32, 1, &zero);
+    assert_non_null(z);
+    assert_int_equal(mpr_tensor_nbytes(z), 0);
+    mpr_tensor_release(z);
 }
 
 static void test_small_blocks_not_cached(void **state) {
@@ -241,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_large_blocks_are_reused),
         cmocka_unit_test(test_tensor_storage_uses_cache),
         cmocka_unit_test(test_small_blocks_not_cached),
+        cmocka_unit_test(test_small_storage_bytes_inline),
         cmocka_unit_test(test_medium_blocks_are_reused),
         cmocka_unit_test(test_full_cache_keeps_the_newest),
         cmocka_unit_test(test_budget_evicts_the_oldest),
