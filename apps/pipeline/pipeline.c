@@ -12,7 +12,7 @@
  * One training step of a mini-batch of B rows:
  *
  *   dist context begin -> GPipe forward of M micro-batches of B / M rows
- *   (chained stage after stage with futures, pipeline_gpipe.h) -> outputs
+ *   (stage to stage with async calls, pipeline_gpipe.h) -> outputs
  *   concatenated -> cross entropy -> one mpr_dist_backward -> one
  *   DistributedOptimizer (SGD) step on every stage -> context end
  *

@@ -1,22 +1,22 @@
 /* pipeline_gpipe.c — the pipeline app's driver side (pipeline_gpipe.h):
- * the split, the stages as RemoteModules, the GPipe forward chained with
- * future callbacks, and the dist backward over the mini-batch loss.
+ * the split, the stages as RemoteModules, the GPipe forward and the dist
+ * backward over the mini-batch loss.
  *
- * PROTOCOL of one micro-batch i (a `link`), on the driver:
- *   AT_STAGE(0): the driver sends x_i to stage 0 (forward_async, fwd[0])
- *     and adds the callback `advance` to that future.
- *   advance on stage k's reply (a pool thread, the driver's dist context):
- *     an error -> done_i fails (DONE);
- *     k + 1 < S -> fwd[k + 1] = forward_async(stage k + 1, y), callback
- *       `advance` on it (AT_STAGE(k + 1));
- *     k + 1 == S -> out_i = y, done_i completes (DONE).
- *   The driver waits for every done_i, then releases the link's futures.
- * Invariants: a link's fields are written only by the one callback that
- * runs at a time for it (each callback is registered by the previous
- * step), and all of them before done_i completes, which is its last
- * access; the driver reads a link only after its done_i completed and
- * releases fwd[] only then (an RPC future released while pending could
- * drop its callback). */
+ * The GPipe forward: the driver starts every micro-batch at once, each as
+ * one async PIPELINE_CHAIN_FN call to the last stage (pipeline_stage.h),
+ * inside the mini-batch's dist autograd context. Stage k asks stage k - 1
+ * for its input the same way and runs its forward on that reply; stage 0
+ * runs on the micro-batch itself. So stage k runs micro-batch i + 1 while
+ * stage k + 1 runs micro-batch i, and activations (and, in backward, their
+ * gradients) go from stage to stage directly instead of through the
+ * driver: the driver only sends the inputs (passed down the stages) and
+ * gets the last stage's outputs. It waits for all M replies and
+ * concatenates the outputs in micro-batch order. In backward each stage's
+ * piece computes first and then waits for the stage before it, so a stage
+ * never holds up its own compute waiting for another.
+ * Invariant: every started call's future is waited for before any is
+ * released (an RPC future released while pending could drop its reply),
+ * on errors too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,52 +119,6 @@ void pipeline_destroy(pipeline_t *p) {
 
 /* ------------------------------------------------------- GPipe forward */
 
-typedef struct link {
-    pipeline_t *p;
-    int stage;          /* the stage whose reply is awaited */
-    mpr_future_t **fwd; /* [nstages] */
-    mpr_future_t *done; /* completed by the last callback */
-    mpr_tensor_t *out;  /* the last stage's output */
-} link_t;
-
-/* Send y to stage link->stage and have `advance` called on its reply. */
-static mpr_err_t enter_stage(link_t *l, mpr_tensor_t *y);
-
-static mpr_err_t advance(mpr_future_t *parent, void *user_data, mpr_value_t **result) {
-    (void)result;
-    link_t *l = user_data;
-    mpr_value_t *v = NULL;
-    mpr_tensor_t *y = NULL;
-    mpr_err_t e = mpr_future_get(parent, MPR_WAIT_FOREVER, &v);
-    if (!e) e = mpr_value_get_tensor(v, &y);
-    if (!e && l->stage + 1 == l->p->nstages) {
-        l->out = mpr_tensor_retain(y);
-        mpr_value_release(v);
-        return mpr_future_set_result(l->done, NULL); /* the last access to l */
-    }
-    if (!e) {
-        l->stage++;
-        e = enter_stage(l, y);
-    }
-    mpr_value_release(v);
-    if (e) {
-        char msg[MPR_ERROR_TEXT_MAX];
-        snprintf(msg, sizeof msg, "pipeline: stage %d: %s", l->stage + 1, mpr_last_error());
-        mpr_future_set_error(l->done, e, msg); /* the last access to l */
-    }
-    return e;
-}
-
-static mpr_err_t enter_stage(link_t *l, mpr_tensor_t *y) {
-    mpr_future_t *f = mpr_remote_module_forward_async(l->p->stages[l->stage], y);
-    if (!f) return mpr_last_error_code();
-    l->fwd[l->stage] = f;
-    mpr_future_t *child = mpr_future_then(f, advance, l); /* may run advance now, in this thread */
-    if (!child) return mpr_last_error_code();
-    mpr_future_release(child);
-    return MPR_OK;
-}
-
 mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t **out) {
     *out = NULL;
     int64_t rows = mpr_tensor_shape(x)[0];
@@ -172,44 +126,47 @@ mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t *
         return mpr_error_set(MPR_ERR_INVALID_ARG, "pipeline: %lld rows do not split into %d micro-batches",
                              (long long)rows, M);
     int64_t m = rows / M;
-    link_t *links = calloc((size_t)M, sizeof *links);
-    mpr_future_t **fwd = calloc((size_t)M * (size_t)p->nstages, sizeof *fwd);
-    mpr_future_t **done = calloc((size_t)M, sizeof *done);
+    mpr_future_t **fwd = calloc((size_t)M, sizeof *fwd);
     mpr_tensor_t **outs = calloc((size_t)M, sizeof *outs);
-    mpr_err_t e = !links || !fwd || !done || !outs ? mpr_error_set(MPR_ERR_NOMEM, "pipeline: out of memory") : MPR_OK;
+    mpr_err_t e = !fwd || !outs ? mpr_error_set(MPR_ERR_NOMEM, "pipeline: out of memory") : MPR_OK;
+    char last[32];
+    pipeline_stage_worker(p->nstages - 1, last, sizeof last);
     int started = 0;
     for (int i = 0; !e && i < M; i++) {
-        links[i] = (link_t){.p = p, .stage = 0, .fwd = fwd + (size_t)i * (size_t)p->nstages, .done = mpr_future_create()};
-        if (!(done[i] = links[i].done)) {
-            e = mpr_last_error_code();
-            break;
-        }
-        started++;
         mpr_scope_begin();
         mpr_tensor_t *xi = mpr_narrow(x, 0, (int64_t)i * m, m);
-        mpr_err_t ei = xi ? enter_stage(&links[i], xi) : mpr_last_error_code();
+        fwd[i] = xi ? mpr_call_async(mpr_to_name(last), PIPELINE_CHAIN_FN, MPR_TIMEOUT_DEFAULT, "tll", xi,
+                                     (int64_t)p->nstages - 1, (int64_t)p->nstages)
+                    : NULL;
         mpr_scope_end();
-        if (ei) mpr_future_set_error(done[i], ei, mpr_last_error()); /* not yet completed: nothing ran */
+        if (fwd[i])
+            started++;
+        else
+            e = mpr_last_error_code();
     }
-    /* every started link ends with done completed (even after an error here) */
-    mpr_err_t ew = started ? mpr_future_wait_all((size_t)started, done, MPR_WAIT_FOREVER) : MPR_OK;
+    /* every started call is waited for, even after an error here */
+    mpr_err_t ew = started ? mpr_future_wait_all((size_t)started, fwd, MPR_WAIT_FOREVER) : MPR_OK;
     if (!e) e = ew;
-    for (int i = 0; !e && i < M; i++)
-        if ((e = mpr_future_error(done[i]))) mpr_error_set(e, "%s", mpr_future_error_message(done[i]));
+    for (int i = 0; !e && i < M; i++) {
+        mpr_value_t *v = NULL;
+        mpr_tensor_t *y = NULL;
+        if (!(e = mpr_future_get(fwd[i], MPR_WAIT_FOREVER, &v)) && !(e = mpr_value_get_tensor(v, &y)))
+            outs[i] = mpr_tensor_retain(y);
+        mpr_value_release(v);
+        if (e) {
+            char msg[MPR_ERROR_TEXT_MAX];
+            snprintf(msg, sizeof msg, "%s", mpr_last_error());
+            mpr_error_set(e, "pipeline: micro-batch %d: %s", i + 1, msg);
+        }
+    }
     if (!e) {
-        for (int i = 0; i < M; i++) outs[i] = links[i].out;
         mpr_scope_begin();
         if (!(*out = mpr_scope_keep(mpr_cat(outs, M, 0)))) e = mpr_last_error_code();
         mpr_scope_end();
     }
-    for (int i = 0; i < started; i++) {
-        mpr_tensor_release(links[i].out);
-        mpr_future_release(done[i]);
-    }
-    for (int i = 0; fwd && i < M * p->nstages; i++) mpr_future_release(fwd[i]);
-    free(links);
+    for (int i = 0; outs && i < M; i++) mpr_tensor_release(outs[i]);
+    for (int i = 0; fwd && i < started; i++) mpr_future_release(fwd[i]);
     free(fwd);
-    free(done);
     free(outs);
     return e;
 }
@@ -236,7 +193,7 @@ mpr_err_t pipeline_forward_backward(pipeline_t *p, int64_t ctx, mpr_tensor_t *x,
 
 /* Stage k's worker. */
 static mpr_dest_t stage_dest(int k, char *buf, size_t cap) {
-    snprintf(buf, cap, "stage%d", k + 1);
+    pipeline_stage_worker(k, buf, cap);
     return mpr_to_name(buf);
 }
 

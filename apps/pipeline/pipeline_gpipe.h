@@ -11,13 +11,14 @@
  * stage (pipeline_profile) shows how well that balances.
  *
  * The GPipe forward (pipeline_forward): the mini-batch is cut into M
- * micro-batches of B / M rows; micro-batch i goes to stage 1 with
- * rpc_async on the stage's RRef (mpr_remote_module_forward_async), and the
- * completion of stage k on micro-batch i (a future callback on the
- * driver's worker pool) sends its output to stage k + 1. All M
- * micro-batches enter stage 1 at once, where its lock runs them one after
- * the other, so stage k works on one micro-batch while stage k + 1 works
- * on an earlier one. The outputs are concatenated in micro-batch order.
+ * micro-batches of B / M rows; micro-batch i goes to the last stage as one
+ * async call (PIPELINE_CHAIN_FN), whose stage first gets its input from
+ * the stage before it the same way, down to stage 1, which runs on the
+ * micro-batch itself: activations travel stage to stage, not through the
+ * driver. All M micro-batches enter stage 1 at once, where its lock runs
+ * them one after the other, so stage k works on one micro-batch while
+ * stage k + 1 works on an earlier one. The outputs are concatenated in
+ * micro-batch order.
  * Inside a dist autograd context everything is recorded, so one
  * mpr_dist_backward over the mini-batch loss reaches every stage.
  *

@@ -9,7 +9,9 @@
  * exception, accumulate, reads only `params` and `n` (set by the
  * constructor, never changed) and the contexts' gradients (thread-safe);
  * the stage outlives it (the driver destroys the stage after its last
- * call). `peak` only grows between two memory calls (atomic max). */
+ * call); chain keeps the stage pointer across its wait for the stage
+ * before it on the same grounds and takes the lock for the forward only.
+ * `peak` only grows between two memory calls (atomic max). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -183,6 +185,69 @@ static mpr_err_t profile_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_v
     return e;
 }
 
+void pipeline_stage_worker(int k, char *buf, size_t cap) { snprintf(buf, cap, "stage%d", k + 1); }
+
+/* Stage k's forward, once stage k - 1's reply (its output) came. */
+typedef struct chain_step {
+    stage_t *st;
+    mpr_future_t *prev; /* the call to stage k - 1: kept until its callback ran */
+} chain_step_t;
+
+static mpr_err_t chain_after(mpr_future_t *parent, void *user_data, mpr_value_t **result) {
+    chain_step_t *c = user_data;
+    mpr_value_t *v = NULL;
+    mpr_tensor_t *h = NULL, *y = NULL;
+    mpr_err_t e = mpr_future_get(parent, MPR_WAIT_FOREVER, &v);
+    if (!e) e = mpr_value_get_tensor(v, &h);
+    if (!e && !(y = stage_forward(NULL, h, c->st))) e = mpr_last_error_code();
+    mpr_value_release(v);
+    mpr_future_release(c->prev); /* the runtime holds the parent while its callbacks run */
+    free(c);
+    if (e) return e;
+    *result = mpr_value_new_tensor(y);
+    mpr_tensor_release(y);
+    return *result ? MPR_OK : mpr_last_error_code();
+}
+
+/* [x, k, S] -> stage k's output (async): stage 0 runs its forward on x;
+ * stage k > 0 first calls stage k - 1 with x and runs its own forward on
+ * that reply (chain_after), so activations go from stage to stage
+ * directly, never through the driver. */
+static mpr_err_t chain_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_future_t **result) {
+    (void)call;
+    mpr_tensor_t *x = NULL;
+    int64_t k, S;
+    mpr_err_t e = mpr_args_unpack(args, "tll", &x, &k, &S);
+    if (e) return e;
+    if (k < 0 || k >= S)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "pipeline: stage %lld of %lld", (long long)k, (long long)S);
+    pthread_mutex_lock(&held_lock);
+    stage_t *st = held; /* outlives the call: the driver destroys it after its last call */
+    pthread_mutex_unlock(&held_lock);
+    if (!st) return mpr_error_set(MPR_ERR_NOT_FOUND, "pipeline: this rank holds no stage");
+    if (k > 0) {
+        char prev[32];
+        pipeline_stage_worker((int)k - 1, prev, sizeof prev);
+        chain_step_t *c = malloc(sizeof *c);
+        if (!c) return mpr_error_set(MPR_ERR_NOMEM, "pipeline: out of memory");
+        c->st = st;
+        c->prev = mpr_call_async(mpr_to_name(prev), PIPELINE_CHAIN_FN, MPR_TIMEOUT_DEFAULT, "tll", x, k - 1, S);
+        if (c->prev && (*result = mpr_future_then(c->prev, chain_after, c))) return MPR_OK; /* c is chain_after's */
+        e = mpr_last_error_code();
+        mpr_future_release(c->prev);
+        free(c);
+        return e;
+    }
+    mpr_tensor_t *y = stage_forward(NULL, x, st);
+    mpr_value_t *v = y ? mpr_value_new_tensor(y) : NULL;
+    mpr_tensor_release(y);
+    if (!v || !(*result = mpr_future_create())) {
+        mpr_value_release(v);
+        return mpr_last_error_code();
+    }
+    return mpr_future_set_result(*result, v); /* a fresh future: cannot fail */
+}
+
 /* [ctx id] -> [gradient per parameter] */
 static mpr_err_t grads_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_value_t **result) {
     (void)call;
@@ -292,6 +357,7 @@ mpr_err_t pipeline_stage_register(void) {
     mpr_err_t e = mpr_register_module_kind(PIPELINE_STAGE_KIND, stage_ctor, NULL);
     if (!e) e = mpr_register_function(PIPELINE_PROFILE_FN, profile_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_GRADS_FN, grads_fn, NULL);
+    if (!e) e = mpr_register_async_function(PIPELINE_CHAIN_FN, chain_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_STATE_FN, state_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_LOAD_FN, load_fn, NULL);
     if (!e) e = mpr_register_function(PIPELINE_ACCUMULATE_FN, accumulate_fn, NULL);

@@ -31,6 +31,13 @@
  *     (mpr_dist_accumulate_gradient). Not under the stage's lock (it reads
  *     only the parameter list, fixed at construction), so it never waits
  *     for a forward.
+ *   PIPELINE_CHAIN_FN [x, k, S] -> stage k's output (async; under the lock
+ *     for the forward only): stage 0 runs its forward on x; stage k > 0
+ *     makes the same call on stage k - 1 and runs its forward on that
+ *     reply (a future callback, in the caller's dist autograd context,
+ *     which the calls carry). Called on the last stage (k = S - 1) with a
+ *     micro-batch, activations go from stage to stage directly (and their
+ *     gradients back the same way), never through the driver.
  *   PIPELINE_MEMORY_FN [] -> [peak bytes, bytes now]: the largest activation memory of
  *     this rank's graphs (mpr_autograd_saved_bytes: the storages saved for
  *     backward, parameters left out) sampled after every forward of the
@@ -45,6 +52,8 @@
 #ifndef MPIRPC_PIPELINE_STAGE_H
 #define MPIRPC_PIPELINE_STAGE_H
 
+#include <stddef.h>
+
 #include "mpirpc/error.h"
 #include "mpirpc/nn.h"
 
@@ -55,6 +64,10 @@
 #define PIPELINE_LOAD_FN "pipeline.load"
 #define PIPELINE_ACCUMULATE_FN "pipeline.accumulate"
 #define PIPELINE_MEMORY_FN "pipeline.memory"
+#define PIPELINE_CHAIN_FN "pipeline.chain"
+
+/* The worker name of stage k (0-based): "stage<k+1>". */
+void pipeline_stage_worker(int k, char *buf, size_t cap);
 
 /* Register the module kind and the functions above: on every rank, before
  * mpr_init. */
