@@ -11,7 +11,9 @@
  * gradients) go from stage to stage directly instead of through the
  * driver: the driver only sends the inputs (passed down the stages) and
  * gets the last stage's outputs. It waits for all M replies and
- * concatenates the outputs in micro-batch order. In backward each stage's
+ * concatenates the outputs in micro-batch order; a stage's failure comes
+ * back as it is (MPR_ERR_REMOTE, its origin the failing stage's rank, the
+ * call chain in its text). In backward each stage's
  * piece computes first and then waits for the stage before it, so a stage
  * never holds up its own compute waiting for another.
  * Invariant: every started call's future is waited for before any is
@@ -152,12 +154,7 @@ mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t *
         mpr_tensor_t *y = NULL;
         if (!(e = mpr_future_get(fwd[i], MPR_WAIT_FOREVER, &v)) && !(e = mpr_value_get_tensor(v, &y)))
             outs[i] = mpr_tensor_retain(y);
-        mpr_value_release(v);
-        if (e) {
-            char msg[MPR_ERROR_TEXT_MAX];
-            snprintf(msg, sizeof msg, "%s", mpr_last_error());
-            mpr_error_set(e, "pipeline: micro-batch %d: %s", i + 1, msg);
-        }
+        mpr_value_release(v); /* keeps the failure: its origin stage and code stay readable */
     }
     if (!e) {
         mpr_scope_begin();

@@ -22,6 +22,8 @@
  * in micro-batch order, and float sums depend on the order; measured:
  * up to 4e-5 of |g| + 1e-3 max|g| for the Linear 3136-128 weight at S = 3,
  * M = 8, while its max-norm difference is about 1e-7.)
+ * With GPipe it then sends a micro-batch the first stage cannot take and
+ * checks the failure comes back from that stage as it is.
  * Prints one line per parameter and schedule and a JSON line
  * {"ok":..., "parameters":..., "max_rel":... (over the schedules run),
  *  "max_rel_<schedule>":..., "peak_<schedule>":[bytes per stage]}; exit 0 if
@@ -126,6 +128,35 @@ static int compare(mpr_module_t *m, pipeline_t *p, mpr_tensor_t **gd, const char
     return rc;
 }
 
+/* A micro-batch the first stage cannot take (its rows cut to 5 features):
+ * the forward fails with the first stage's failure as it is, however many
+ * stages it went through on the way (MPR_ERR_REMOTE, origin rank 1, the
+ * call chain from the last stage down in the text), and the stages stay
+ * usable. 0 if so. */
+static int failure_reported(pipeline_t *p, mpr_tensor_t *x, int M) {
+    int64_t ctx = 0, prev = 0;
+    if (mpr_dist_context_begin(&ctx) || mpr_dist_context_set_current(ctx, &prev)) return fail_setup("context");
+    mpr_scope_begin();
+    mpr_tensor_t *bad = mpr_contiguous(mpr_narrow(mpr_reshape(x, 2, (int64_t[]){mpr_tensor_shape(x)[0], -1}), 1, 0, 5));
+    mpr_tensor_t *out = NULL;
+    mpr_err_t e = bad ? pipeline_forward(p, bad, M, &out) : mpr_last_error_code();
+    int origin = mpr_last_error_origin();
+    char msg[MPR_ERROR_TEXT_MAX];
+    snprintf(msg, sizeof msg, "%s", mpr_last_error());
+    mpr_scope_end();
+    mpr_dist_context_set_current(prev, NULL);
+    mpr_dist_context_end(ctx);
+    int rc = 0;
+    if (e != MPR_ERR_REMOTE || origin != 1 || !strstr(msg, "stage1") ||
+        (p->nstages > 1 && !strstr(msg, "call chain"))) {
+        fprintf(stderr, "pipeline_grad_check: a bad micro-batch gave %s, origin %d: %s\n", mpr_error_name(e), origin, msg);
+        rc = 1;
+    }
+    mpr_tensor_release(out);
+    printf("bad micro-batch: %s from rank %d: %s\n", mpr_error_name(e), origin, msg);
+    return rc;
+}
+
 static int check(const char *kind, int M, int64_t B, uint64_t seed, const char *which) {
     app_dataset_t data;
     if (app_fmnist_load(NULL, app_fmnist_model_flat(kind), &data)) return fail_setup("data");
@@ -157,6 +188,7 @@ static int check(const char *kind, int M, int64_t B, uint64_t seed, const char *
     }
     for (int i = 0; m && rc != 2 && i < ns; i++)
         if (compare(m, p, gd[i], pipeline_schedule_name(list[i]), &rel[i])) rc = 1;
+    if (rc == 0 && list[0] == PIPELINE_GPIPE) rc = failure_reported(p, x, M);
     printf("{\"ok\":%s,\"model\":\"%s\",\"stages\":%d,\"micro_batches\":%d,\"parameters\":%d,\"loss\":%.6f,"
            "\"max_rel\":%.3g",
            rc == 0 ? "true" : "false", kind, S, M, p->nparams, loss[0], fmax(rel[0], rel[1]));
