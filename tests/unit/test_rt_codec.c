@@ -1,6 +1,7 @@
 /* test_rt_codec.c — value encode/decode round trips for every kind and nesting,
  * and rejection (never a crash or out-of-bounds read) of truncated, corrupted
  * and oversized input; wire header validation. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -663,6 +664,52 @@ static void test_release_batch(void **state) {
     assert_int_equal(mpr_tensor_live_count(), live0);
 }
 
+/* Several threads drop their references to one tensor and one list at
+ * the same moment: exactly one of them frees each (mpri_refcount.h: the
+ * last reference is dropped without a locked instruction only by the
+ * thread that reads the count at 1). Two frees abort (magic check, ASan),
+ * none leaves the live count up. */
+enum { RELEASERS = 4 };
+typedef struct {
+    pthread_barrier_t *start;
+    mpr_tensor_t *t;
+    mpr_value_t *v;
+} releaser_t;
+
+static void *release_together(void *arg) {
+    releaser_t *r = arg;
+    pthread_barrier_wait(r->start);
+    mpr_value_release(r->v);
+    mpr_tensor_release(r->t);
+    return NULL;
+}
+
+static void test_concurrent_last_release(void **state) {
+    (void)state;
+    int64_t live0 = mpr_tensor_live_count();
+    const int64_t len = 16;
+    for (int round = 0; round < 500; round++) {
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, RELEASERS);
+        mpr_tensor_t *t = make_tensor(MPR_F32, 1, &len);
+        mpr_value_t *v = mpr_value_list_of(2, mpr_value_new_tensor(t), mpr_value_new_int(round));
+        assert_non_null(v);
+        for (int i = 1; i < RELEASERS; i++) {
+            mpr_tensor_retain(t);
+            mpr_value_retain(v);
+        }
+        pthread_t th[RELEASERS];
+        releaser_t r[RELEASERS];
+        for (int i = 0; i < RELEASERS; i++) {
+            r[i] = (releaser_t){.start = &start, .t = t, .v = v};
+            assert_int_equal(pthread_create(&th[i], NULL, release_together, &r[i]), 0);
+        }
+        for (int i = 0; i < RELEASERS; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        assert_int_equal(mpr_tensor_live_count(), live0);
+    }
+}
+
 /* The tensor items of a decoded list share one slab of value structs
  * (value.c): distinct tensors' items come from it, repeats beyond the
  * message's tensor count and one-item lists from the heap; each value is
@@ -739,6 +786,7 @@ int main(void) {
         cmocka_unit_test(test_small_tensors_share_a_block),
         cmocka_unit_test(test_tensor_values_share_a_slab),
         cmocka_unit_test(test_release_batch),
+        cmocka_unit_test(test_concurrent_last_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
