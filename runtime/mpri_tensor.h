@@ -29,6 +29,7 @@ typedef struct mpri_storage {
     void *data;
     size_t nbytes;
     int device;             /* -1 CPU, N cuda:N */
+    bool bytes_inline;      /* `data` lies in this record's own allocation, right after it (tensor.c) */
     atomic_ulong version;   /* bumped by every in-place write */
     atomic_long saved_refs; /* graph nodes' saved aliases of it, leaves requiring grad left out
                              * (autograd/node.c: mpr_autograd_saved_bytes) */

@@ -54,10 +54,7 @@ void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_met
 #define STORAGE_INLINE_MAX ((size_t)16 << 10)
 #define STORAGE_RECORD_BYTES ((sizeof(mpri_storage_t) + 63) & ~(size_t)63)
 
-/* True when `s`'s bytes live in its own allocation, right after it. */
-static bool storage_bytes_inline(const mpri_storage_t *s) {
-    return s->data == (const uint8_t *)s + STORAGE_RECORD_BYTES;
-}
+_Static_assert(sizeof(mpri_storage_t) <= 64, "a storage record fills one cache line (and STORAGE_RECORD_BYTES)");
 
 mpri_storage_t *mpri_storage_create(size_t nbytes) {
     mpri_storage_t *s;
@@ -66,6 +63,7 @@ mpri_storage_t *mpri_storage_create(size_t nbytes) {
         if (!s) return NULL;
         memset(s, 0, sizeof *s);
         s->data = (uint8_t *)s + STORAGE_RECORD_BYTES;
+        s->bytes_inline = true;
     } else {
         if (!(s = calloc(1, sizeof *s))) return NULL;
         if (!(s->data = mpri_host_alloc(nbytes))) {
@@ -103,7 +101,7 @@ static void storage_release(mpri_storage_t *s, mpri_tensor_release_batch_t *batc
     }
     if (s->free_data)
         s->free_data(s->data, s->device);
-    else if (!storage_bytes_inline(s))
+    else if (!s->bytes_inline)
         mpri_host_free(s->data, s->nbytes);
     free(s);
 }

@@ -91,6 +91,7 @@ static void test_small_storage_bytes_inline(void **state) {
         assert_int_equal((uintptr_t)s->data % 64, 0);
         bool inline_bytes = (uint8_t *)s->data == (uint8_t *)s + 64;
         assert_true(inline_bytes == (s->nbytes <= ((size_t)16 << 10)));
+        assert_true(s->bytes_inline == inline_bytes);
         memset(s->data, 0x5a, s->nbytes);
         mpr_tensor_release(t);
     }
