@@ -47,6 +47,7 @@
 #include "kernels/mpri_kernels.h"
 #include "mpri_assert.h"
 #include "mpri_engine.h"
+#include "mpri_small_alloc.h"
 
 typedef struct entry {
     mpri_node_t *node;    /* owned reference */
@@ -87,8 +88,22 @@ static int lookup(const mpri_graph_task_t *t, const mpri_node_t *node) {
     }
 }
 
+/* A task's arrays and buffers are small blocks (mpri_small_alloc.h): a
+ * backward of a few nodes makes and frees ~8 of them. Grow an array of
+ * `old_cap` elements of `size` bytes, `used` of them in use, to `new_cap`;
+ * NULL: out of memory (`old` unchanged). */
+static void *grow(void *old, int old_cap, int used, int new_cap, size_t size) {
+    void *p = mpri_small_alloc((size_t)new_cap * size);
+    if (!p) return NULL;
+    if (old) {
+        memcpy(p, old, (size_t)used * size);
+        mpri_small_free(old, (size_t)old_cap * size);
+    }
+    return p;
+}
+
 static mpr_err_t rehash(mpri_graph_task_t *t, int nslots) {
-    int *s = malloc((size_t)nslots * sizeof *s);
+    int *s = mpri_small_alloc((size_t)nslots * sizeof *s);
     if (!s) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
     for (int i = 0; i < nslots; i++) s[i] = -1;
     uint64_t mask = (uint64_t)nslots - 1;
@@ -97,7 +112,7 @@ static mpr_err_t rehash(mpri_graph_task_t *t, int nslots) {
         while (s[h] >= 0) h = (h + 1) & mask;
         s[h] = i;
     }
-    free(t->slots);
+    mpri_small_free(t->slots, (size_t)t->nslots * sizeof *t->slots);
     t->slots = s;
     t->nslots = nslots;
     return MPR_OK;
@@ -108,7 +123,7 @@ static int insert(mpri_graph_task_t *t, mpri_node_t *node) {
     if ((t->n + 1) * 2 > t->nslots && rehash(t, t->nslots ? t->nslots * 2 : 64) != MPR_OK) return -1;
     if (t->n == t->cap) {
         int ncap = t->cap ? t->cap * 2 : 32;
-        entry_t *ne = realloc(t->entries, (size_t)ncap * sizeof *ne);
+        entry_t *ne = grow(t->entries, t->cap, t->n, ncap, sizeof *ne);
         if (!ne) {
             mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
             return -1;
@@ -116,7 +131,7 @@ static int insert(mpri_graph_task_t *t, mpri_node_t *node) {
         t->entries = ne;
         t->cap = ncap;
     }
-    mpr_tensor_t **buf = calloc((size_t)node->n_outputs, sizeof *buf);
+    mpr_tensor_t **buf = mpri_small_calloc((size_t)node->n_outputs * sizeof *buf);
     if (!buf) {
         mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
         return -1;
@@ -165,7 +180,7 @@ static void check_task(const mpri_graph_task_t *t) {
 }
 
 mpri_graph_task_t *mpri_graph_task_create(const mpri_engine_opts_t *opts) {
-    mpri_graph_task_t *t = calloc(1, sizeof *t);
+    mpri_graph_task_t *t = mpri_small_calloc(sizeof *t);
     if (!t) {
         mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
         return NULL;
@@ -179,13 +194,13 @@ void mpri_graph_task_destroy(mpri_graph_task_t *t) {
     for (int i = 0; i < t->n; i++) {
         entry_t *e = &t->entries[i];
         for (int k = 0; k < e->node->n_outputs; k++) mpr_tensor_release(e->buf[k]);
-        free(e->buf);
+        mpri_small_free(e->buf, (size_t)e->node->n_outputs * sizeof *e->buf);
         mpri_node_release(e->node);
     }
-    free(t->entries);
-    free(t->slots);
-    free(t->ready);
-    free(t);
+    mpri_small_free(t->entries, (size_t)t->cap * sizeof *t->entries);
+    mpri_small_free(t->slots, (size_t)t->nslots * sizeof *t->slots);
+    mpri_small_free(t->ready, (size_t)t->capready * sizeof *t->ready);
+    mpri_small_free(t, sizeof *t);
 }
 
 static mpr_err_t already_ran(const mpri_node_t *node) {
@@ -359,7 +374,7 @@ static mpr_err_t accumulate_leaf_locked(mpr_tensor_t *leaf, mpr_tensor_t *g) {
 static mpr_err_t push_ready(mpri_graph_task_t *t, int i) {
     if (t->nready == t->capready) {
         int ncap = t->capready ? t->capready * 2 : 64;
-        int *nr = realloc(t->ready, (size_t)ncap * sizeof *nr);
+        int *nr = grow(t->ready, t->capready, t->nready, ncap, sizeof *nr);
         if (!nr) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
         t->ready = nr;
         t->capready = ncap;

@@ -19,6 +19,7 @@
 
 #include "mpri_args.h"
 #include "mpri_autograd.h"
+#include "mpri_small_alloc.h"
 
 const mpri_op_def_t mpri_accumulate_def = {.name = "AccumulateGrad", .backward = NULL};
 
@@ -29,7 +30,7 @@ static void meta_release_hook(struct mpri_autograd_meta *m) {
         m->accumulator->leaf = NULL;
         mpri_node_release(m->accumulator);
     }
-    free(m);
+    mpri_small_free(m, sizeof *m);
 }
 
 static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
@@ -43,7 +44,7 @@ struct mpri_autograd_meta *mpri_meta_get(mpr_tensor_t *t) {
     pthread_mutex_lock(&create_lock);
     m = t->autograd;
     if (!m) {
-        m = calloc(1, sizeof *m);
+        m = mpri_small_calloc(sizeof *m);
         if (m) __atomic_store_n(&t->autograd, m, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&create_lock);

@@ -13,6 +13,7 @@
 
 #include "mpri_assert.h"
 #include "mpri_autograd.h"
+#include "mpri_small_alloc.h"
 
 static atomic_ullong node_seq;
 static atomic_long live_nodes; /* created and not yet freed (leak checks) */
@@ -31,15 +32,19 @@ static void saved_count(mpri_storage_t *s, long delta) {
 
 int64_t mpri_node_live_count(void) { return atomic_load(&live_nodes); }
 
+/* A node's one block: the struct, then its metadata and edges. */
+static size_t node_bytes(int n_next, int n_outputs) {
+    return sizeof(mpri_node_t) + (size_t)n_next * (sizeof(mpri_edge_t) + sizeof(mpri_tensor_meta_t)) +
+           (size_t)n_outputs * sizeof(mpri_tensor_meta_t);
+}
+
 mpri_node_t *mpri_node_create(const mpri_op_def_t *def, int n_next, int n_outputs) {
     if (n_next < 0 || n_outputs < 1) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "%s: node with %d inputs and %d outputs",
                       def ? def->name : "?", n_next, n_outputs);
         return NULL;
     }
-    size_t extra = (size_t)n_next * (sizeof(mpri_edge_t) + sizeof(mpri_tensor_meta_t)) +
-                   (size_t)n_outputs * sizeof(mpri_tensor_meta_t);
-    mpri_node_t *n = calloc(1, sizeof *n + extra);
+    mpri_node_t *n = mpri_small_calloc(node_bytes(n_next, n_outputs));
     if (!n) {
         mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory for a graph node", def ? def->name : "?");
         return NULL;
@@ -101,7 +106,7 @@ void mpri_node_release(mpri_node_t *n) {
             }
             stack[sp++] = x->next[i].node;
         }
-        free(x);
+        mpri_small_free(x, node_bytes(x->n_next, x->n_outputs));
         atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
     }
     if (stack != small) free(stack);

@@ -24,6 +24,7 @@
 #include "mpri_args.h"
 #include "mpri_error.h"
 #include "mpri_assert.h"
+#include "mpri_small_alloc.h"
 #include "mpri_event.h"
 #include "mpri_trace.h"
 
@@ -68,7 +69,7 @@ static void check_future(const mpr_future_t *f) {
 }
 
 mpr_future_t *mpr_future_create(void) {
-    mpr_future_t *f = calloc(1, sizeof *f);
+    mpr_future_t *f = mpri_small_calloc(sizeof *f);
     if (!f) {
         mpr_error_set(MPR_ERR_NOMEM, "future: out of memory");
         return NULL;
@@ -107,7 +108,7 @@ void mpr_future_release(mpr_future_t *f) {
         cb = next;
     }
     pthread_mutex_destroy(&f->lock);
-    free(f);
+    mpri_small_free(f, sizeof *f);
 }
 
 typedef struct {

@@ -20,6 +20,7 @@
 #include "mpri_host_alloc.h"
 #include "mpri_quarantine.h"
 #include "mpri_refcount.h"
+#include "mpri_small_alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,18 +57,21 @@ void mpri_tensor_set_autograd_release_hook(void (*hook)(struct mpri_autograd_met
 
 _Static_assert(sizeof(mpri_storage_t) <= 64, "a storage record fills one cache line (and STORAGE_RECORD_BYTES)");
 
+/* The one block of an inline storage of `nbytes`: record, then the bytes. */
+static size_t inline_storage_bytes(size_t nbytes) { return STORAGE_RECORD_BYTES + ((nbytes + 63) & ~(size_t)63); }
+
 mpri_storage_t *mpri_storage_create(size_t nbytes) {
     mpri_storage_t *s;
     if (nbytes > 0 && nbytes <= STORAGE_INLINE_MAX) {
-        s = aligned_alloc(64, STORAGE_RECORD_BYTES + ((nbytes + 63) & ~(size_t)63));
+        s = mpri_small_alloc(inline_storage_bytes(nbytes));
         if (!s) return NULL;
         memset(s, 0, sizeof *s);
         s->data = (uint8_t *)s + STORAGE_RECORD_BYTES;
         s->bytes_inline = true;
     } else {
-        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (!(s = mpri_small_calloc(sizeof *s))) return NULL;
         if (!(s->data = mpri_host_alloc(nbytes))) {
-            free(s);
+            mpri_small_free(s, sizeof *s);
             return NULL;
         }
     }
@@ -99,11 +103,15 @@ static void storage_release(mpri_storage_t *s, mpri_tensor_release_batch_t *batc
         }
         return;
     }
+    if (s->bytes_inline) {
+        mpri_small_free(s, inline_storage_bytes(s->nbytes));
+        return;
+    }
     if (s->free_data)
         s->free_data(s->data, s->device);
-    else if (!s->bytes_inline)
+    else
         mpri_host_free(s->data, s->nbytes);
-    free(s);
+    mpri_small_free(s, sizeof *s);
 }
 
 void mpri_storage_release(mpri_storage_t *s) { storage_release(s, NULL); }
@@ -139,7 +147,7 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
         mpr_error_set(MPR_ERR_INVALID_ARG, "view: storage is NULL");
         return NULL;
     }
-    mpr_tensor_t *t = calloc(1, sizeof *t);
+    mpr_tensor_t *t = mpri_small_calloc(sizeof *t);
     if (!t) {
         mpr_error_set(MPR_ERR_NOMEM, "view: out of memory");
         return NULL;
@@ -161,7 +169,7 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
         }
         size_t esz = mpr_dtype_size(dtype);
         if (lo < 0 || (uint64_t)(hi + 1) * esz > storage->nbytes) {
-            free(t);
+            mpri_small_free(t, sizeof *t);
             mpr_error_set(MPR_ERR_INVALID_ARG, "view: elements [%lld, %lld] outside storage of %zu bytes",
                           (long long)lo, (long long)hi, storage->nbytes);
             return NULL;
@@ -268,7 +276,12 @@ static void tensor_release(mpr_tensor_t *t, mpri_tensor_release_batch_t *batch) 
     t->storage = NULL;
     t->autograd = NULL;
     bool in_block = t->in_block;
-    if (!in_block) mpri_quarantine_free(t);
+    if (!in_block) {
+        if (MPRI_DEBUG_CHECKS)
+            mpri_quarantine_free(t); /* a use after release still meets a dead magic */
+        else
+            mpri_small_free(t, sizeof *t);
+    }
     /* A struct in a tensor block goes with the block, which its storage's
      * last release frees (with a batch: at its flush): `t` is not touched
      * after this. */

@@ -27,6 +27,7 @@
 #include "mpri_host_alloc.h"
 #include "mpri_quarantine.h"
 #include "mpri_refcount.h"
+#include "mpri_small_alloc.h"
 #include "mpri_tensor.h"
 
 static mpr_value_t none_value = {.kind = MPR_VALUE_NONE, .immortal = true, .magic = MPRI_VALUE_MAGIC};
@@ -49,7 +50,7 @@ const mpri_opaque_value_ops_t *mpri_value_opaque_ops(mpr_value_kind_t kind) {
 }
 
 static mpr_value_t *value_alloc(mpr_value_kind_t kind) {
-    mpr_value_t *v = calloc(1, sizeof *v);
+    mpr_value_t *v = mpri_small_calloc(sizeof *v);
     if (!v) {
         mpr_error_set(MPR_ERR_NOMEM, "value: out of memory");
         return NULL;
@@ -98,7 +99,7 @@ static mpr_value_t *new_bytes_kind(mpr_value_kind_t kind, const void *data, size
     if (!v) return NULL;
     v->u.bytes.data = malloc(len + 1);
     if (!v->u.bytes.data) {
-        free(v);
+        mpri_small_free(v, sizeof *v);
         mpr_error_set(MPR_ERR_NOMEM, "value: out of memory for %zu bytes", len);
         return NULL;
     }
@@ -326,8 +327,10 @@ static void destroy_one(mpr_value_t *v, worklist_t *w) {
     memset(&v->u, 0, sizeof v->u);
     if (v->slab)
         slab_drop_batched(v, w);
+    else if (MPRI_DEBUG_CHECKS)
+        mpri_quarantine_free(v); /* a use after release still meets a dead magic */
     else
-        mpri_quarantine_free(v);
+        mpri_small_free(v, sizeof *v);
 }
 
 static void destroy_recursive(mpr_value_t *v) {

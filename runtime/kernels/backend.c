@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "mpri_kernels.h"
+#include "mpri_small_alloc.h"
 
 static const mpri_backend_t *device_backend;
 
@@ -96,13 +97,14 @@ mpri_storage_t *mpri_backend_storage(const char *op, int device, size_t nbytes) 
         mpri_backend_missing(op, b, "alloc");
         return NULL;
     }
-    mpri_storage_t *s = calloc(1, sizeof *s);
+    /* mpri_storage_release gives the record back with mpri_small_free. */
+    mpri_storage_t *s = mpri_small_calloc(sizeof *s);
     if (!s) {
         mpr_error_set(MPR_ERR_NOMEM, "%s: out of memory", op);
         return NULL;
     }
     if (b->alloc(device, nbytes, &s->data) != MPR_OK) {
-        free(s);
+        mpri_small_free(s, sizeof *s);
         return NULL;
     }
     s->nbytes = nbytes;

@@ -15,7 +15,8 @@
  * point of the call fails once. A second pass fails every allocation from the
  * Nth on (persistent out-of-memory). Live blocks are counted process-wide;
  * after each run (fixtures released, the pool idle, caches trimmed) the count
- * must be back where it was. A few hand-written cases go deeper than the
+ * must be back where it was (the caches of small blocks are off, so no
+ * block waits in a thread's cache). A few hand-written cases go deeper than the
  * generic fixtures reach (an RPC returning a value, remote() to self, an
  * RRef proxy, then-callbacks, .npy and safetensors round trips).
  *
@@ -43,6 +44,7 @@
 #include "api_fixtures.h"
 #include "mpri_host_alloc.h"
 #include "mpri_runtime.h"
+#include "mpri_small_alloc.h"
 
 /* ---- the allocator interposer ---- */
 
@@ -500,6 +502,9 @@ static int group_setup(void **state) {
         backtrace(warm, 2); /* loads what backtrace needs before tracking starts */
         track = __libc_calloc(TRACK_SLOTS, sizeof *track);
     }
+    /* Every allocation point reaches the allocator, and no block waits in a
+     * thread's cache of small blocks when live blocks are counted. */
+    mpri_small_cache_disable();
     if (mpr_init(NULL) != MPR_OK) return -1;
     /* With a GPU, the CUDA runtime allocates and frees blocks of its own at
      * its first use (the first device lookup): make it before counting. */
