@@ -32,7 +32,9 @@
  *     only the parameter list, fixed at construction), so it never waits
  *     for a forward.
  *   PIPELINE_CHAIN_FN [x, k, S] -> stage k's output (async; under the lock
- *     for the forward only): stage 0 runs its forward on x; stage k > 0
+ *     for the forward only): stage 0 runs its forward on x (on the stage's
+ *     own thread, in arrival order, which sends each reply as soon as its
+ *     forward is done); stage k > 0
  *     makes the same call on stage k - 1 and runs its forward on that
  *     reply (a future callback, in the caller's dist autograd context,
  *     which the calls carry). Called on the last stage (k = S - 1) with a
