@@ -24,6 +24,7 @@
  * to its input and to its call's future, which is completed exactly once
  * (by the runner, or failed by stage_free); once `stopping` is set no job
  * is added and the runner exits. */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -280,6 +281,8 @@ static void run_job(stage_t *st, fwd_job_t *j) {
 
 static void *runner_main(void *arg) {
     stage_t *st = arg;
+    /* Its own name, not the pool thread's it was created from (top -H, perf, gdb). */
+    (void)pthread_setname_np(pthread_self(), "pipeline fwd");
     pthread_mutex_lock(&st->queue_lock);
     for (;;) {
         while (!st->jobs && !st->stopping) pthread_cond_wait(&st->queue_cond, &st->queue_lock);
