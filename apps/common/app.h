@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h> /* abort, for APP_ASSERT */
 
 #include "mpirpc/data.h"
 #include "mpirpc/error.h"
@@ -104,6 +105,16 @@ int app_launch_rank(void);
 mpr_err_t app_print_placement(const app_common_t *common, FILE *out);
 /* Seconds on a monotonic clock. */
 double app_now(void);
+
+/* A broken invariant of an app stops it, in every build type (unlike
+ * assert): file, line, the condition and a hint on stderr, then abort(). */
+#define APP_ASSERT(cond, hint)                                                                          \
+    do {                                                                                                \
+        if (!(cond)) {                                                                                  \
+            fprintf(stderr, "%s:%d: invariant failed: %s (%s)\n", __FILE__, __LINE__, #cond, hint); \
+            abort();                                                                                    \
+        }                                                                                               \
+    } while (0)
 
 /* ================================================================= data */
 

@@ -11,19 +11,13 @@
 #ifndef INSITU_HEAT_INSITU_H
 #define INSITU_HEAT_INSITU_H
 
-#include <stdio.h>
-#include <stdlib.h>
+#include "app.h"
 
 #define INSITU_SAMPLE_FN "insitu.sample"
 #define INSITU_DONE_FN "insitu.done"
 
-/* A broken invariant of the app aborts (in every build type, unlike assert). */
-#define INSITU_ASSERT(cond)                                                                   \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "insitu_heat: %s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-            abort();                                                                          \
-        }                                                                                     \
-    } while (0)
+/* A broken invariant of the app aborts (in every build type, unlike assert):
+ * the apps' shared check. */
+#define INSITU_ASSERT(cond) APP_ASSERT(cond, "insitu_heat")
 
 #endif

@@ -269,6 +269,7 @@ static void run_job(stage_t *st, fwd_job_t *j) {
     mpr_tensor_t *y = e ? NULL : stage_forward(NULL, j->x, st);
     if (!e && !y) e = mpr_last_error_code();
     if (j->ctx) mpr_dist_context_set_current(prev, NULL);
+    APP_ASSERT(!mpr_future_done(j->done), "a queued forward's call is completed once, by the runner");
     if (e) return job_fail(j, e, mpr_last_error());
     mpr_value_t *v = mpr_value_new_tensor(y);
     mpr_tensor_release(y);
@@ -288,6 +289,7 @@ static void *runner_main(void *arg) {
         while (!st->jobs && !st->stopping) pthread_cond_wait(&st->queue_cond, &st->queue_lock);
         if (st->stopping) break;
         fwd_job_t *j = st->jobs;
+        APP_ASSERT(st->jobs_tail && !st->jobs_tail->next, "the queue's tail is its last job");
         if (!(st->jobs = j->next)) st->jobs_tail = NULL;
         pthread_mutex_unlock(&st->queue_lock);
         run_job(st, j);
@@ -321,6 +323,7 @@ static mpr_err_t first_stage_enqueue(stage_t *st, mpr_tensor_t *x, mpr_future_t 
             e = mpr_error_set(MPR_ERR_NOMEM, "pipeline: cannot start the stage's thread (error %d)", rc);
     }
     if (!e) {
+        APP_ASSERT(!st->jobs == !st->jobs_tail, "an empty queue has no tail, a queue with jobs has one");
         *result = mpr_future_retain(done); /* the runtime's; the job keeps its own */
         if (st->jobs_tail)
             st->jobs_tail->next = j;
