@@ -268,9 +268,11 @@ static void run_job(stage_t *st, fwd_job_t *j) {
     mpr_err_t e = j->ctx ? mpr_dist_context_set_current(j->ctx, &prev) : MPR_OK;
     mpr_tensor_t *y = e ? NULL : stage_forward(NULL, j->x, st);
     if (!e && !y) e = mpr_last_error_code();
+    char why[MPR_ERROR_TEXT_MAX] = "";
+    if (e) snprintf(why, sizeof why, "%s", mpr_last_error()); /* before another call can touch it */
     if (j->ctx) mpr_dist_context_set_current(prev, NULL);
     APP_ASSERT(!mpr_future_done(j->done), "a queued forward's call is completed once, by the runner");
-    if (e) return job_fail(j, e, mpr_last_error());
+    if (e) return job_fail(j, e, why);
     mpr_value_t *v = mpr_value_new_tensor(y);
     mpr_tensor_release(y);
     if (!v) return job_fail(j, mpr_last_error_code(), mpr_last_error());
