@@ -82,20 +82,24 @@ void mpri_storage_release(mpri_storage_t *s);
  * counter) whose bytes are a slice of the block; the block is freed when its
  * last storage is released, so any one tensor (or a view of it) keeps the
  * whole block (at most MPRI_BATCH_MAX_BYTES of data) alive. The block starts
- * with one reference, its creator's, dropped by mpri_tensor_block_release
+ * with one reference, its creator's, dropped by mpri_tensor_block_carved
  * once carving is done. */
 typedef struct mpri_tensor_block mpri_tensor_block_t;
 /* NULL (error set) when out of memory. Data starts 64-byte aligned. */
 mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstorages);
 /* A contiguous tensor whose bytes are [offset, offset + its nbytes) of the
  * block, its storage being record `index` (each index carved once). All
- * carving is done by the block's creator before it shares any carved
- * tensor with another thread (the block's count is then bumped without an
- * atomic read-modify-write), and before it drops its reference. The
+ * carving is done by the block's creator before it shares or releases any
+ * carved tensor (the block's count is then bumped without an atomic
+ * read-modify-write), and before mpri_tensor_block_carved. The
  * caller checks the shape (mpri_tensor_check_shape), that the slice fits the
  * block and that `offset` is a multiple of the dtype size. NULL on failure. */
 mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, size_t offset,
                                       mpr_dtype_t dtype, int ndim, const int64_t *shape);
+/* Carving is done: the carved tensors join the live-tensor count, all at
+ * once (one atomic per block, not per tensor), and the creator's reference
+ * is dropped. Call it once, before sharing or releasing a carved tensor. */
+void mpri_tensor_block_carved(mpri_tensor_block_t *b);
 void mpri_tensor_block_release(mpri_tensor_block_t *b);
 /* Drop `n` >= 1 references to `b` at once (the block's storages released by
  * one batch: mpri_tensor_release_flush). */
@@ -117,6 +121,8 @@ typedef struct {
 } mpri_tensor_release_batch_t;
 void mpri_tensor_release_deferred(mpr_tensor_t *t, mpri_tensor_release_batch_t *batch);
 void mpri_tensor_release_flush(mpri_tensor_release_batch_t *batch);
+/* Add `n` tensors made by mpri_tensor_init_whole to the live-tensor count. */
+void mpri_tensor_count_live(long n);
 
 /* A tensor viewing `storage` (a new reference is taken). strides NULL means
  * contiguous row-major. Checks that the view stays inside the storage. */
@@ -126,7 +132,8 @@ mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int n
 /* Make `t` (zeroed memory, in a tensor block when `in_block`) a live
  * contiguous tensor over the whole of `storage`, taking over the caller's
  * reference to it. dtype/ndim/shape are already checked and storage->nbytes
- * is their size. */
+ * is their size. It is not counted live: the caller adds it with
+ * mpri_tensor_count_live (tensor_block.c does, once per block). */
 mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storage_t *storage,
                                      mpr_dtype_t dtype, int ndim, const int64_t *shape);
 

@@ -50,19 +50,33 @@ typedef struct mpri_batch_planner {
 } mpri_batch_planner_t;
 bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes);
 
-/* Split tensors[0..n) into batches: starts[b] is the index of batch b's
- * first tensor, starts[nbatches] == n. `starts` holds n + 1 entries, or is
- * NULL to only count. Returns nbatches (0 when n is 0). */
-uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *starts);
+/* Where a contiguous CPU tensor's bytes lie and how many there are: all
+ * that the plan, the adjacency test, packing and posting read, gathered by
+ * one walk over a message's tensors (mpri_tensor_spans). A list of
+ * thousands of small tensors otherwise has each tensor and storage record
+ * fetched from memory again at every step. */
+typedef struct mpri_tensor_span {
+    uint8_t *data;
+    size_t nbytes;
+} mpri_tensor_span_t;
+/* spans[i] of tensors[i], i < n (contiguous, live CPU tensors). */
+void mpri_tensor_spans(mpr_tensor_t *const *tensors, uint32_t n, mpri_tensor_span_t *spans);
+
+/* Split the tensors of spans[0..n) into batches: starts[b] is the index of
+ * batch b's first tensor, starts[nbatches] == n. `starts` holds n + 1
+ * entries, or is NULL to only count. Returns nbatches (0 when n is 0). */
+uint32_t mpri_batches_plan(const mpri_tensor_span_t *spans, uint32_t n, uint32_t *starts);
 
 /* Plan and datatype scratch for a message of n tensors: in the struct for up
  * to MPRI_BATCH_SCRATCH_INLINE tensors (the usual case, no malloc), else
  * allocated. The struct points into itself: do not copy it. */
 #define MPRI_BATCH_SCRATCH_INLINE 8
 typedef struct mpri_batch_scratch {
-    uint32_t *starts; /* n + 1 entries */
-    int *lens;        /* n entries */
-    MPI_Aint *displs; /* n entries */
+    mpri_tensor_span_t *spans; /* n entries (mpri_tensor_spans) */
+    uint32_t *starts;          /* n + 1 entries */
+    int *lens;                 /* n entries */
+    MPI_Aint *displs;          /* n entries */
+    mpri_tensor_span_t inline_spans[MPRI_BATCH_SCRATCH_INLINE];
     uint32_t inline_starts[MPRI_BATCH_SCRATCH_INLINE + 1];
     int inline_lens[MPRI_BATCH_SCRATCH_INLINE];
     MPI_Aint inline_displs[MPRI_BATCH_SCRATCH_INLINE];
@@ -72,16 +86,16 @@ typedef struct mpri_batch_scratch {
 bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n);
 void mpri_batch_scratch_fini(mpri_batch_scratch_t *s);
 
-/* Bytes a send of batch tensors[first..end) packs into a buffer (0: it is
+/* Bytes a send of the batch spans[first..end) packs into a buffer (0: it is
  * sent without packing). */
-size_t mpri_batch_pack_bytes(mpr_tensor_t *const *tensors, uint32_t first, uint32_t end);
+size_t mpri_batch_pack_bytes(const mpri_tensor_span_t *spans, uint32_t first, uint32_t end);
 
-/* Post batch tensors[first..end) as one MPI_Isend (send) or MPI_Irecv to/from
- * `peer` on `tag`. `scratch` has room for the message's tensors (its lens and
- * displs are used for an hindexed batch). A send given `pack` (of
- * mpri_batch_pack_bytes bytes, kept until the request completes; given only
- * when that is not 0) packs the batch there. Returns an MPI error code. */
-int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
+/* Post the batch spans[first..end) as one MPI_Isend (send) or MPI_Irecv
+ * to/from `peer` on `tag`. `scratch` has room for the message's tensors
+ * (its lens and displs are used for an hindexed batch). A send given `pack`
+ * (of mpri_batch_pack_bytes bytes, kept until the request completes; given
+ * only when that is not 0) packs the batch there. Returns an MPI error code. */
+int mpri_batch_post(bool send, const mpri_tensor_span_t *spans, uint32_t first, uint32_t end, int peer,
                     int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req);
 
 #endif

@@ -224,7 +224,8 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         return;
     }
     /* The same batches the sender made (mpri_tensor_batches.h). */
-    msg->nreqs = (int)mpri_batches_plan(msg->tensors, n, msg->plan->starts);
+    mpri_tensor_spans(msg->tensors, n, msg->plan->spans);
+    msg->nreqs = (int)mpri_batches_plan(msg->plan->spans, n, msg->plan->starts);
     if ((uint32_t)msg->nreqs != msg->hdr.batch_count) {
         for (uint32_t i = 0; i < n; i++) {
             mpr_tensor_release(msg->tensors[i]);
@@ -242,7 +243,7 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
      * dispatched by this same poll (test_assembling), not the next one. */
     size_t data_bytes = 0;
     for (uint32_t i = 0; i < n && data_bytes <= POST_LOCKED_MAX_BYTES; i++)
-        data_bytes += mpr_tensor_nbytes(msg->tensors[i]);
+        data_bytes += msg->plan->spans[i].nbytes;
     if (data_bytes <= POST_LOCKED_MAX_BYTES) {
         post_receives(msg);
         return;
@@ -257,7 +258,7 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
 static void post_receives(mpri_msg_t *msg) {
     mpri_batch_scratch_t *plan = msg->plan;
     for (int b = 0; b < msg->nreqs; b++) {
-        int rc = mpri_batch_post(false, msg->tensors, plan->starts[b], plan->starts[b + 1], msg->src,
+        int rc = mpri_batch_post(false, plan->spans, plan->starts[b], plan->starts[b + 1], msg->src,
                                  (int)msg->hdr.data_tag, mpri_rt.comm, plan, NULL, &msg->reqs[b]);
         if (rc != MPI_SUCCESS) {
             msg->reqs[b] = MPI_REQUEST_NULL;

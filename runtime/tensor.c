@@ -196,9 +196,10 @@ mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storag
     t->magic = MPRI_TENSOR_MAGIC;
     atomic_init(&t->scope_refs, 0);
     atomic_init(&t->refcount, 1);
-    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
     return t;
 }
+
+void mpri_tensor_count_live(long n) { atomic_fetch_add_explicit(&live_tensors, n, memory_order_relaxed); }
 
 mpr_tensor_t *mpr_tensor_empty(mpr_dtype_t dtype, int ndim, const int64_t *shape) {
     int64_t numel;

@@ -27,16 +27,17 @@
 
 #include "mpri_tensor.h"
 
-/* Bytes of a contiguous CPU tensor (the tensors of a message are contiguous
- * and live: no public-getter checks on this per-tensor path). */
-static size_t tensor_bytes(const mpr_tensor_t *t) {
-    size_t n = mpri_dtype_bytes(t->dtype);
-    for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
-    return n;
-}
-
-static uint8_t *tensor_bytes_at(const mpr_tensor_t *t) {
-    return (uint8_t *)t->storage->data + t->offset * (int64_t)mpri_dtype_bytes(t->dtype);
+void mpri_tensor_spans(mpr_tensor_t *const *tensors, uint32_t n, mpri_tensor_span_t *spans) {
+    /* The tensors of a message are contiguous and live: no public-getter
+     * checks on this per-tensor path. */
+    for (uint32_t i = 0; i < n; i++) {
+        const mpr_tensor_t *t = tensors[i];
+        if (i + 4 < n) __builtin_prefetch(tensors[i + 4]);
+        size_t elem = mpri_dtype_bytes(t->dtype), nbytes = elem;
+        for (int d = 0; d < t->ndim; d++) nbytes *= (size_t)t->shape[d];
+        spans[i].data = (uint8_t *)t->storage->data + t->offset * (int64_t)elem;
+        spans[i].nbytes = nbytes;
+    }
 }
 
 bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes) {
@@ -53,11 +54,11 @@ bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes) {
     return true;
 }
 
-uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *starts) {
+uint32_t mpri_batches_plan(const mpri_tensor_span_t *spans, uint32_t n, uint32_t *starts) {
     uint32_t nb = 0;
     mpri_batch_planner_t p = {0};
     for (uint32_t i = 0; i < n; i++)
-        if (mpri_batch_planner_next(&p, tensor_bytes(tensors[i]))) {
+        if (mpri_batch_planner_next(&p, spans[i].nbytes)) {
             if (starts) starts[nb] = i;
             nb++;
         }
@@ -67,71 +68,73 @@ uint32_t mpri_batches_plan(mpr_tensor_t *const *tensors, uint32_t n, uint32_t *s
 
 bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n) {
     if (n <= MPRI_BATCH_SCRATCH_INLINE) {
+        s->spans = s->inline_spans;
         s->starts = s->inline_starts;
         s->lens = s->inline_lens;
         s->displs = s->inline_displs;
         return true;
     }
+    s->spans = malloc(sizeof *s->spans * n);
     s->starts = malloc(sizeof *s->starts * ((size_t)n + 1));
     s->lens = malloc(sizeof *s->lens * n);
     s->displs = malloc(sizeof *s->displs * n);
-    if (s->starts && s->lens && s->displs) return true;
+    if (s->spans && s->starts && s->lens && s->displs) return true;
     mpri_batch_scratch_fini(s);
     return false;
 }
 
 void mpri_batch_scratch_fini(mpri_batch_scratch_t *s) {
     if (s->starts != s->inline_starts) {
+        free(s->spans);
         free(s->starts);
         free(s->lens);
         free(s->displs);
     }
+    s->spans = NULL;
     s->starts = NULL;
     s->lens = NULL;
     s->displs = NULL;
 }
 
-/* Total bytes of tensors[first..end) if they lie back to back in memory
- * (one contiguous range starting at tensors[first]'s bytes), else 0 with
- * *total still set. */
-static bool batch_adjacent(mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, size_t *total) {
+/* Total bytes of spans[first..end) if they lie back to back in memory
+ * (one contiguous range starting at spans[first]), else 0 with *total
+ * still set. */
+static bool batch_adjacent(const mpri_tensor_span_t *spans, uint32_t first, uint32_t end, size_t *total) {
     bool adjacent = true;
     size_t sum = 0;
-    const uint8_t *expect = tensor_bytes_at(tensors[first]);
+    const uint8_t *expect = spans[first].data;
     for (uint32_t i = first; i < end; i++) {
-        size_t b = tensor_bytes(tensors[i]);
-        if (adjacent && tensor_bytes_at(tensors[i]) != expect) adjacent = false;
-        expect += b;
-        sum += b;
+        adjacent &= spans[i].data == expect;
+        expect += spans[i].nbytes;
+        sum += spans[i].nbytes;
     }
     *total = sum;
     return adjacent;
 }
 
-size_t mpri_batch_pack_bytes(mpr_tensor_t *const *tensors, uint32_t first, uint32_t end) {
+size_t mpri_batch_pack_bytes(const mpri_tensor_span_t *spans, uint32_t first, uint32_t end) {
     if (end - first < 2) return 0;
     size_t total;
-    if (batch_adjacent(tensors, first, end, &total)) return 0;
+    if (batch_adjacent(spans, first, end, &total)) return 0;
     return total / (end - first) <= MPRI_BATCH_PACK_MAX_AVG ? total : 0;
 }
 
-int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uint32_t end, int peer,
+int mpri_batch_post(bool send, const mpri_tensor_span_t *spans, uint32_t first, uint32_t end, int peer,
                     int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req) {
     /* A pack buffer: the caller found the batch apart in memory
      * (mpri_batch_pack_bytes > 0), so no second look. */
     if (send && pack) {
         uint8_t *p = pack;
         for (uint32_t i = first; i < end; i++) {
-            size_t b = tensor_bytes(tensors[i]);
-            memcpy(p, tensor_bytes_at(tensors[i]), b);
-            p += b;
+            memcpy(p, spans[i].data, spans[i].nbytes);
+            p += spans[i].nbytes;
         }
         return MPI_Isend(pack, (int)(p - (uint8_t *)pack), MPI_BYTE, peer, tag, comm, req);
     }
     size_t total;
-    if (end - first == 1 || batch_adjacent(tensors, first, end, &total)) {
-        void *at = tensor_bytes_at(tensors[first]);
-        int bytes = (int)(end - first == 1 ? tensor_bytes(tensors[first]) : total); /* <= 2 GiB */
+    if (end - first == 1 || batch_adjacent(spans, first, end, &total)) {
+        void *at = spans[first].data;
+        int bytes = (int)(end - first == 1 ? spans[first].nbytes : total); /* <= 2 GiB */
         return send ? MPI_Isend(at, bytes, MPI_BYTE, peer, tag, comm, req)
                     : MPI_Irecv(at, bytes, MPI_BYTE, peer, tag, comm, req);
     }
@@ -139,9 +142,8 @@ int mpri_batch_post(bool send, mpr_tensor_t *const *tensors, uint32_t first, uin
     int *lens = scratch->lens;
     MPI_Aint *displs = scratch->displs;
     for (uint32_t i = 0; i < k; i++) {
-        mpr_tensor_t *t = tensors[first + i];
-        lens[i] = (int)tensor_bytes(t); /* < MPRI_BATCH_ALONE_BYTES */
-        int rc = MPI_Get_address(tensor_bytes_at(t), &displs[i]);
+        lens[i] = (int)spans[first + i].nbytes; /* < MPRI_BATCH_ALONE_BYTES */
+        int rc = MPI_Get_address(spans[first + i].data, &displs[i]);
         if (rc != MPI_SUCCESS) return rc;
     }
     MPI_Datatype type;

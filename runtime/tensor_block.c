@@ -7,7 +7,9 @@
  * the tensor structs, then the data, 64-byte aligned.
  *
  * Invariants: the block's refcount is the number of live storages carved
- * from it plus one while its creator holds it; each storage record and
+ * from it plus one while its creator holds it; carved tensors join the
+ * live-tensor count together when the creator lets go of the block
+ * (mpri_tensor_block_carved), before any of them can be released; each storage record and
  * tensor struct is initialized once (by carve) and never freed on its own:
  * a carved tensor holds its storage, whose last release drops one block
  * reference (mpri_storage_release), and the block is freed with its last
@@ -29,6 +31,7 @@ struct mpri_tensor_block {
     uint8_t *data;
     mpr_tensor_t *tensors; /* nstorages structs, after the storage records */
     uint32_t nstorages;
+    uint32_t carved; /* tensors carved so far (creator only, until mpri_tensor_block_carved) */
     mpri_storage_t storages[];
 };
 
@@ -56,6 +59,7 @@ mpri_tensor_block_t *mpri_tensor_block_create(size_t data_bytes, uint32_t nstora
     b->data = (uint8_t *)b + data_at;
     b->tensors = (mpr_tensor_t *)((uint8_t *)b + tensors_at);
     b->nstorages = nstorages;
+    b->carved = 0;
     return b;
 }
 
@@ -77,7 +81,14 @@ mpr_tensor_t *mpri_tensor_block_carve(mpri_tensor_block_t *b, uint32_t index, si
      * shared (mpri_tensor.h): no other thread touches the count yet. */
     atomic_store_explicit(&b->refcount, atomic_load_explicit(&b->refcount, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+    b->carved++;
     return mpri_tensor_init_whole(&b->tensors[index], true, s, dtype, ndim, shape);
+}
+
+void mpri_tensor_block_carved(mpri_tensor_block_t *b) {
+    MPRI_ASSERT(b->carved <= b->nstorages, "each storage record of a block is carved at most once");
+    if (b->carved) mpri_tensor_count_live(b->carved);
+    mpri_tensor_block_release(b);
 }
 void mpri_tensor_block_release_many(mpri_tensor_block_t *b, long n) {
     if (b && mpri_refcount_drop_n(&b->refcount, n) == 0) mpri_host_free(b, b->total_bytes);

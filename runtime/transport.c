@@ -400,7 +400,9 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
     }
-    uint32_t nbatches = nt ? mpri_batches_plan(m->tensors.items, nt, scratch.starts) : 0;
+    /* One walk over the tensors; the plan, packing and posting read the spans. */
+    if (nt) mpri_tensor_spans(m->tensors.items, nt, scratch.spans);
+    uint32_t nbatches = nt ? mpri_batches_plan(scratch.spans, nt, scratch.starts) : 0;
     if (nt) {
         unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
         h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
@@ -436,7 +438,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     /* One buffer for the batches of small tensors that are packed. */
     size_t pack_total = 0;
     for (uint32_t b = 0; b < nbatches; b++) {
-        batch_pack[b] = mpri_batch_pack_bytes(m->tensors.items, scratch.starts[b], scratch.starts[b + 1]);
+        batch_pack[b] = mpri_batch_pack_bytes(scratch.spans, scratch.starts[b], scratch.starts[b + 1]);
         pack_total += batch_pack[b];
     }
     /* From the host allocator: a buffer of 64 KiB or more comes back warm
@@ -456,7 +458,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     m->left = posted > 0;
     size_t pack_at = 0;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
-        rc = mpri_batch_post(true, m->tensors.items, scratch.starts[b], scratch.starts[b + 1], dst,
+        rc = mpri_batch_post(true, scratch.spans, scratch.starts[b], scratch.starts[b + 1], dst,
                              (int)h->data_tag, mpri_rt.comm, &scratch,
                              batch_pack[b] ? packed + pack_at : NULL, &reqs[1 + b]);
         pack_at += batch_pack[b];

@@ -226,10 +226,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* the batch plan, as start_incoming makes it: a count within the
          * header's bounds, batches covering every tensor in order */
         uint32_t *starts = malloc(sizeof *starts * (n + 1));
-        CHECK(starts);
-        uint32_t nb = mpri_batches_plan(msg.tensors, n, starts);
+        mpri_tensor_span_t *spans = malloc(sizeof *spans * n);
+        CHECK(starts && spans);
+        mpri_tensor_spans(msg.tensors, n, spans);
+        for (uint32_t i = 0; i < n; i++)
+            CHECK(spans[i].nbytes == mpr_tensor_nbytes(msg.tensors[i]) &&
+                  spans[i].data == (uint8_t *)mpr_tensor_data(msg.tensors[i]));
+        uint32_t nb = mpri_batches_plan(spans, n, starts);
         CHECK(nb >= 1 && nb <= n && starts[0] == 0 && starts[nb] == n);
         for (uint32_t b = 0; b < nb; b++) CHECK(starts[b] < starts[b + 1]);
+        free(spans);
         free(starts);
         if (nb != msg.hdr.batch_count) { /* start_incoming rejects it */
             for (uint32_t i = 0; i < n; i++) mpr_tensor_release(msg.tensors[i]);

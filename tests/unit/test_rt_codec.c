@@ -390,8 +390,14 @@ static void test_batch_plan(void **state) {
     int64_t live = mpr_tensor_live_count();
     for (int i = 0; i < N; i++) ts[i] = mpr_tensor_empty(MPR_U8, 1, &sizes[i]);
     uint32_t starts[N + 1];
-    uint32_t nb = mpri_batches_plan(ts, N, starts);
-    assert_int_equal(mpri_batches_plan(ts, N, NULL), nb);
+    mpri_tensor_span_t spans[N];
+    mpri_tensor_spans(ts, N, spans);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(spans[i].nbytes, mpr_tensor_nbytes(ts[i]));
+        assert_ptr_equal(spans[i].data, mpr_tensor_data(ts[i]));
+    }
+    uint32_t nb = mpri_batches_plan(spans, N, starts);
+    assert_int_equal(mpri_batches_plan(spans, N, NULL), nb);
     /* [4] [64K] [0, 60K x 273 (16,773,120 bytes <= 16 MiB < + 60K)] [60K x 27] [1M] [3] */
     const uint32_t want[] = {0, 1, 2, 2 + 1 + 273, 303, 304, 305};
     assert_int_equal(nb, 6);
@@ -401,7 +407,7 @@ static void test_batch_plan(void **state) {
         for (uint32_t i = starts[b]; i < starts[b + 1]; i++) bytes += mpr_tensor_nbytes(ts[i]);
         assert_true(starts[b + 1] - starts[b] == 1 || bytes <= MPRI_BATCH_MAX_BYTES);
     }
-    assert_int_equal(mpri_batches_plan(ts, 0, starts), 0);
+    assert_int_equal(mpri_batches_plan(spans, 0, starts), 0);
     assert_int_equal(starts[0], 0);
     for (int i = 0; i < N; i++) mpr_tensor_release(ts[i]);
     assert_int_equal(mpr_tensor_live_count(), live);
@@ -587,7 +593,9 @@ static void test_small_tensors_share_a_block(void **state) {
     mpri_reader_init(&dr, descs.data, descs.len);
     assert_int_equal(mpri_tensor_descs_decode(&dr, 6, recv, &placement), MPR_OK);
     uint32_t starts[7];
-    assert_int_equal(mpri_batches_plan(recv, 6, starts), 2);
+    mpri_tensor_span_t spans[6];
+    mpri_tensor_spans(recv, 6, spans);
+    assert_int_equal(mpri_batches_plan(spans, 6, starts), 2);
     assert_int_equal(starts[1], 5);
     for (int i = 0; i < 6; i++) {
         assert_true(recv[i]->storage->block == (i < 5 ? recv[0]->storage->block : NULL));
@@ -643,7 +651,7 @@ static void test_release_batch(void **state) {
             assert_non_null(ts[b][i]);
             memset(mpr_tensor_data(ts[b][i]), 10 * b + (int)i, 16);
         }
-        mpri_tensor_block_release(blocks[b]); /* the creator's reference */
+        mpri_tensor_block_carved(blocks[b]); /* counted live; the creator's reference dropped */
     }
     assert_int_equal(mpr_tensor_live_count(), live0 + 6);
     mpr_tensor_t *survivor = mpr_tensor_retain(ts[0][2]);
