@@ -102,7 +102,9 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
         return;
     }
     mpr_value_t *v = NULL;
-    mpr_err_t e = mpri_msg_decode_value(msg, 0, &v);
+    /* Outside an autograd context nothing reads the message's tensors after
+     * this decode: the value takes them over. */
+    mpr_err_t e = msg->hdr.autograd_context_id ? mpri_msg_decode_value(msg, 0, &v) : mpri_msg_take_value(msg, 0, &v);
     if (e)
         mpri_future_complete(f, e, mpr_last_error(), NULL);
     else {

@@ -74,6 +74,12 @@ void mpri_tensor_descs_encode(const mpri_tensor_list_t *tensors, mpri_buf_t *out
  * allocated and *placement is NULL. */
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
                                    mpri_tensor_placement_t **placement);
+/* The same, also writing spans[i] (mpri_tensor_batches.h) of each tensor
+ * made: what the receives are posted from, without another walk over the
+ * tensors. */
+struct mpri_tensor_span;
+mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
+                                         struct mpri_tensor_span *spans, mpri_tensor_placement_t **placement);
 /* Replace each tensor `placement` sends to a device with its device copy
  * (a leaf that requires grad when flagged); once per message (then `done`).
  * Errors name the tensor and the device (e.g. a device this worker lacks). */
@@ -88,6 +94,13 @@ mpr_err_t mpri_tensor_placement_apply(mpri_tensor_placement_t *placement, mpr_te
  * stays the decode's. */
 mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
                             int src_rank, mpr_value_t **out);
+/* The same, but the value takes over the caller's references to the
+ * tensors it names instead of taking its own (no atomic per tensor, and
+ * the caller has fewer to drop): each tensors[i] whose reference was taken
+ * becomes NULL, on success and on failure alike (a failed decode released
+ * it with the values it made). The others stay the caller's. */
+mpr_err_t mpri_value_decode_taking(mpri_reader_t *in, mpr_tensor_t **tensors, uint32_t ntensors, int src_rank,
+                                   mpr_value_t **out);
 /* Read past one value that will not be decoded, settling the opaque values
  * in it as a failed decode does. Stops at the first malformed byte; keeps
  * the thread's last error. */

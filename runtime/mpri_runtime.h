@@ -137,6 +137,12 @@ void mpri_msg_done(mpri_msg_t *msg);
 
 /* Decode the message body as one value (after `skip` bytes). */
 mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out);
+/* The same, the value taking over the message's references to the tensors
+ * it names (mpri_value_decode_taking): two atomics fewer per tensor, and
+ * mpri_msg_done has those no more to drop. For the last decode of a
+ * message whose tensors nobody reads afterwards (not one with an autograd
+ * context: the recording hooks read msg->tensors after the decode). */
+mpr_err_t mpri_msg_take_value(mpri_msg_t *msg, size_t skip, mpr_value_t **out);
 
 /* ---- dispatch (dispatch.c) ---- */
 typedef void (*mpri_msg_handler_t)(mpri_msg_t *msg);

@@ -59,8 +59,10 @@ typedef struct mpri_value_slab mpri_value_slab_t;
 mpri_value_slab_t *mpri_value_slab_create(uint32_t cap);
 /* A tensor value holding a new reference to live tensor `t`, from the slab
  * while it has room, else (or with `s` NULL) from the heap. NULL (error set)
- * when out of memory. */
-mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t);
+ * when out of memory. With `take_ref` the value takes over the caller's
+ * reference instead (no atomic on the tensor), and the caller's reference
+ * is gone whatever happens (released on failure). */
+mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t, bool take_ref);
 /* The decoder is done taking values: the slab now lives as long as they do
  * (freed at once if none was taken). NULL is a no-op. */
 void mpri_value_slab_done(mpri_value_slab_t *s);

@@ -209,7 +209,7 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         reject_incoming(msg, true, MPR_ERR_NOMEM);
         return;
     }
-    e = mpri_tensor_descs_decode(&r, n, msg->tensors, &msg->placement);
+    e = mpri_tensor_descs_decode_spans(&r, n, msg->tensors, msg->plan->spans, &msg->placement);
     if (!e && r.left != 0) {
         for (uint32_t i = 0; i < n; i++) {
             mpr_tensor_release(msg->tensors[i]);
@@ -224,7 +224,6 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         return;
     }
     /* The same batches the sender made (mpri_tensor_batches.h). */
-    mpri_tensor_spans(msg->tensors, n, msg->plan->spans);
     msg->nreqs = (int)mpri_batches_plan(msg->plan->spans, n, msg->plan->starts);
     if ((uint32_t)msg->nreqs != msg->hdr.batch_count) {
         for (uint32_t i = 0; i < n; i++) {

@@ -88,7 +88,11 @@ void mpri_outmsg_fini(mpri_outmsg_t *m) {
 
 static void msg_free(mpri_msg_t *msg) {
     if (msg->tensors) {
-        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) mpr_tensor_release(msg->tensors[i]);
+        /* Shared counters dropped once per run of tensors (mpri_tensor.h);
+         * entries a decode took over are NULL. */
+        mpri_tensor_release_batch_t batch = {0};
+        for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) mpri_tensor_release_deferred(msg->tensors[i], &batch);
+        mpri_tensor_release_flush(&batch);
         free(msg->tensors);
     }
     free(msg->placement);
@@ -107,7 +111,8 @@ void mpri_msg_done(mpri_msg_t *msg) {
     mpri_count_processed(src);
 }
 
-mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
+/* mpri_msg_decode_value and mpri_msg_take_value. */
+static mpr_err_t msg_decode(mpri_msg_t *msg, size_t skip, bool take, mpr_value_t **out) {
     if (skip > msg->hdr.body_len) return mpr_error_set(MPR_ERR_DECODE, "body shorter than %zu bytes", skip);
     /* Device tensors arrived in host memory: to their devices first, once,
      * on the thread that decodes (a handler's pool thread; for a reply, the
@@ -119,13 +124,24 @@ mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t 
         mpri_value_settle(&r, msg->src); /* the RRefs it carries are undone */
         return placed;
     }
-    mpr_err_t e = mpri_value_decode(&r, msg->tensors, msg->hdr.tensor_count, msg->src, out);
+    mpr_err_t e = take ? mpri_value_decode_taking(&r, msg->tensors, msg->hdr.tensor_count, msg->src, out)
+                       : mpri_value_decode(&r, msg->tensors, msg->hdr.tensor_count, msg->src, out);
     if (e == MPR_OK && r.left != 0) {
         mpr_value_release(*out);
         *out = NULL;
         e = mpr_error_set(MPR_ERR_DECODE, "%zu trailing bytes after the value", r.left);
     }
     return e;
+}
+
+mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
+    /* Not taking, the message is not changed: only placement writes its
+     * tensors array, as it always has. */
+    return msg_decode((mpri_msg_t *)msg, skip, false, out);
+}
+
+mpr_err_t mpri_msg_take_value(mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
+    return msg_decode(msg, skip, true, out);
 }
 
 /* ---- sends in flight ---- */

@@ -242,8 +242,12 @@ mpri_value_slab_t *mpri_value_slab_create(uint32_t cap) {
     return s;
 }
 
-mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t) {
-    if (!s || s->used == s->cap) return mpr_value_new_tensor(t);
+mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t, bool take_ref) {
+    if (!s || s->used == s->cap) {
+        mpr_value_t *v = mpr_value_new_tensor(t);
+        if (take_ref) mpr_tensor_release(t); /* the value's own, or none: out of memory */
+        return v;
+    }
     if (t->magic != MPRI_TENSOR_MAGIC) mpri_tensor_check_live(t, "decode"); /* aborts */
     mpr_value_t *v = &s->values[s->used++];
     memset(v, 0, sizeof *v);
@@ -251,7 +255,7 @@ mpr_value_t *mpri_value_slab_new_tensor(mpri_value_slab_t *s, mpr_tensor_t *t) {
     v->magic = MPRI_VALUE_MAGIC;
     v->slab = s;
     atomic_init(&v->refcount, 1);
-    atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed); /* live: checked above */
+    if (!take_ref) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed); /* live: checked above */
     v->u.tensor = t;
     return v;
 }

@@ -391,7 +391,8 @@ static void release_made(mpr_tensor_t **out, uint32_t made) {
 /* Tensors descs[first..end) (one batch of several small tensors) carved from
  * one block, each at the first offset that suits its dtype: back to back
  * (one plain receive) unless a dtype's alignment leaves a gap. */
-static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t end, mpr_tensor_t **out) {
+static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t end, mpr_tensor_t **out,
+                                  mpri_tensor_span_t *spans) {
     size_t bytes = 0;
     for (uint32_t i = first; i < end; i++) {
         size_t align = mpri_dtype_bytes(descs[i].dtype);
@@ -407,6 +408,7 @@ static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t 
         int64_t shape[MPR_MAX_DIMS];
         desc_shape(&descs[i], shape);
         out[i] = mpri_tensor_block_carve(block, i - first, at, descs[i].dtype, descs[i].ndim, shape);
+        if (out[i] && spans) spans[i] = (mpri_tensor_span_t){out[i]->storage->data, descs[i].nbytes};
         if (!out[i]) {
             e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
             mpri_tensor_block_carved(block);
@@ -421,6 +423,11 @@ static mpr_err_t make_batch_block(const desc_t *descs, uint32_t first, uint32_t 
 
 mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
                                    mpri_tensor_placement_t **placement) {
+    return mpri_tensor_descs_decode_spans(in, count, out, NULL, placement);
+}
+
+mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_tensor_t **out,
+                                         mpri_tensor_span_t *spans, mpri_tensor_placement_t **placement) {
     *placement = NULL;
     if (count == 0) return MPR_OK;
     uint64_t total = 0;
@@ -475,8 +482,9 @@ mpr_err_t mpri_tensor_descs_decode(mpri_reader_t *in, uint32_t count, mpr_tensor
             desc_shape(&descs[made], shape);
             out[made] = mpr_tensor_empty(descs[made].dtype, descs[made].ndim, shape);
             if (!out[made]) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
+            else if (spans) spans[made] = (mpri_tensor_span_t){out[made]->storage->data, descs[made].nbytes};
         } else {
-            e = make_batch_block(descs, made, end, out);
+            e = make_batch_block(descs, made, end, out, spans);
         }
         if (e) break;
         /* A device tensor's leaf is its device copy (placement). */
@@ -528,7 +536,10 @@ mpr_err_t mpri_tensor_placement_apply(mpri_tensor_placement_t *placement, mpr_te
  * items left in a list never has more slots than the bytes left allow. */
 #define TENSOR_ITEM_BYTES 5
 
-static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
+/* `taken` (NULL: never) marks the tensors whose reference a value took
+ * over (mpri_value_decode_taking): the first tensor item of a list naming
+ * each index takes it; later ones take references of their own. */
+static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors, uint8_t *taken,
                             int src_rank, int depth, mpri_value_slab_t *slab, mpr_value_t **out) {
     if (depth > MPRI_MAX_VALUE_DEPTH)
         return mpr_error_set(MPR_ERR_DECODE, "value nested deeper than %d", MPRI_MAX_VALUE_DEPTH);
@@ -574,7 +585,7 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
         if (index >= ntensors)
             return mpr_error_set(MPR_ERR_DECODE, "tensor index %u out of range (%u tensors)", index,
                                  ntensors);
-        v = mpri_value_slab_new_tensor(slab, tensors[index]);
+        v = mpri_value_slab_new_tensor(slab, tensors[index], false);
         break;
     }
     case MPR_VALUE_WORKER: {
@@ -627,10 +638,12 @@ static mpr_err_t decode_rec(mpri_reader_t *in, mpr_tensor_t *const *tensors, uin
                  * index, goes through decode_rec. */
                 in->p += TENSOR_ITEM_BYTES;
                 in->left -= TENSOR_ITEM_BYTES;
-                item = mpri_value_slab_new_tensor(items_slab, tensors[index]);
+                bool take = taken && !taken[index];
+                if (take) taken[index] = 1;
+                item = mpri_value_slab_new_tensor(items_slab, tensors[index], take);
                 if (!item) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
             } else if (!e) {
-                e = decode_rec(in, tensors, ntensors, src_rank, depth + 1, items_slab, &item);
+                e = decode_rec(in, tensors, ntensors, taken, src_rank, depth + 1, items_slab, &item);
             }
             if (e) {
                 mpri_value_slab_done(items_slab); /* before any of its values dies */
@@ -714,8 +727,24 @@ static void settle_from(mpri_reader_t *r, int src_rank, const uint8_t *from) {
 mpr_err_t mpri_value_decode(mpri_reader_t *in, mpr_tensor_t *const *tensors, uint32_t ntensors,
                             int src_rank, mpr_value_t **out) {
     mpri_reader_t whole = *in;
-    mpr_err_t e = decode_rec(in, tensors, ntensors, src_rank, 0, NULL, out);
+    mpr_err_t e = decode_rec(in, tensors, ntensors, NULL, src_rank, 0, NULL, out);
     if (e) settle_from(&whole, src_rank, in->p);
+    return e;
+}
+
+mpr_err_t mpri_value_decode_taking(mpri_reader_t *in, mpr_tensor_t **tensors, uint32_t ntensors, int src_rank,
+                                   mpr_value_t **out) {
+    uint8_t stack_taken[64] = {0};
+    uint8_t *taken = ntensors <= sizeof stack_taken ? stack_taken : calloc(ntensors, 1);
+    if (!taken) return mpri_value_decode(in, tensors, ntensors, src_rank, out); /* no room to keep count */
+    mpri_reader_t whole = *in;
+    mpr_err_t e = decode_rec(in, tensors, ntensors, taken, src_rank, 0, NULL, out);
+    if (e) settle_from(&whole, src_rank, in->p);
+    /* Taken references belong to the values, decoded or (on failure)
+     * already released with them. */
+    for (uint32_t i = 0; i < ntensors; i++)
+        if (taken[i]) tensors[i] = NULL;
+    if (taken != stack_taken) free(taken);
     return e;
 }
 

@@ -276,7 +276,11 @@ void mpri_call_handle(mpri_msg_t *msg, const mpri_call_kind_t *kind) {
                              mpri_rt.rank, name, self_name());
     }
     mpri_rref_record_begin();
-    e = mpri_msg_decode_value(msg, args_at, &c->args);
+    /* Outside an autograd context nothing reads the message's tensors after
+     * this decode (the recording hooks do inside one): the arguments take
+     * them over. */
+    e = msg->hdr.autograd_context_id ? mpri_msg_decode_value(msg, args_at, &c->args)
+                                     : mpri_msg_take_value(msg, args_at, &c->args);
     mpr_future_t *ready = mpri_rref_record_end();
     if (e) {
         mpr_future_release(ready);

@@ -591,10 +591,11 @@ static void test_small_tensors_share_a_block(void **state) {
     mpr_tensor_t *recv[6] = {0};
     mpri_reader_t dr;
     mpri_reader_init(&dr, descs.data, descs.len);
-    assert_int_equal(mpri_tensor_descs_decode(&dr, 6, recv, &placement), MPR_OK);
+    mpri_tensor_span_t spans[6], walked[6];
+    assert_int_equal(mpri_tensor_descs_decode_spans(&dr, 6, recv, spans, &placement), MPR_OK);
+    mpri_tensor_spans(recv, 6, walked); /* the spans the decode wrote are the tensors' */
+    assert_memory_equal(spans, walked, sizeof spans);
     uint32_t starts[7];
-    mpri_tensor_span_t spans[6];
-    mpri_tensor_spans(recv, 6, spans);
     assert_int_equal(mpri_batches_plan(spans, 6, starts), 2);
     assert_int_equal(starts[1], 5);
     for (int i = 0; i < 6; i++) {
@@ -724,6 +725,80 @@ static void test_concurrent_last_release(void **state) {
  * released on its own, in any order, and one that outlives its list keeps
  * working (ASan and the live count check the slab goes with the last). A
  * decode that fails partway releases the slab's values. */
+/* mpri_value_decode_taking: the values take over the first reference of
+ * each tensor they name (its entry becomes NULL), later items naming the
+ * same tensor take references of their own, tensors the value does not
+ * name stay the caller's; a failed decode consumes what it took and leaks
+ * nothing. References are counted through the tensors' refcounts. */
+static void test_decode_taking(void **state) {
+    (void)state;
+    int64_t live0 = mpr_tensor_live_count();
+    enum { N = 70 }; /* past the 64 tracked on the stack */
+    mpr_tensor_t *ts[N + 1];
+    for (int i = 0; i <= N; i++) {
+        int64_t len = 2;
+        ts[i] = make_tensor(MPR_F32, 1, &len);
+    }
+    /* The wire form of [t0, t1, ..., t(N-1), t0, t1]; tensor N is named by none. */
+    mpri_buf_t buf;
+    mpri_buf_init(&buf);
+    mpri_buf_put_u8(&buf, MPR_VALUE_LIST);
+    mpri_buf_put_u32(&buf, N + 2);
+    for (uint32_t i = 0; i < N + 2; i++) {
+        mpri_buf_put_u8(&buf, MPR_VALUE_TENSOR);
+        mpri_buf_put_u32(&buf, i % N);
+    }
+    mpr_tensor_t *recv[N + 1];
+    memcpy(recv, ts, sizeof recv);
+    mpri_reader_t r;
+    mpri_reader_init(&r, buf.data, buf.len);
+    mpr_value_t *out = NULL;
+    assert_int_equal(mpri_value_decode_taking(&r, recv, N + 1, 0, &out), MPR_OK);
+    assert_int_equal(r.left, 0);
+    for (int i = 0; i < N; i++) assert_null(recv[i]);
+    assert_ptr_equal(recv[N], ts[N]);
+    for (size_t i = 0; i < N + 2; i++) {
+        mpr_tensor_t *t = NULL;
+        assert_int_equal(mpr_value_get_tensor(mpr_value_list_get(out, i), &t), MPR_OK);
+        assert_ptr_equal(t, ts[i % N]);
+    }
+    /* Named twice: the taken reference and one of its own; once: the taken one. */
+    assert_int_equal(atomic_load(&ts[0]->refcount), 2);
+    assert_int_equal(atomic_load(&ts[1]->refcount), 2);
+    assert_int_equal(atomic_load(&ts[2]->refcount), 1);
+    assert_int_equal(atomic_load(&ts[N]->refcount), 1);
+    mpr_value_release(out);
+    mpr_tensor_release(recv[N]);
+    assert_int_equal(mpr_tensor_live_count(), live0);
+
+    /* A list whose third item is out of range: the first two were taken
+     * and are released with the failed decode; the third stays the caller's. */
+    for (int i = 0; i < 3; i++) {
+        int64_t len = 2;
+        ts[i] = make_tensor(MPR_F32, 1, &len);
+    }
+    uint8_t bad[1 + 4 + 3 * 5];
+    bad[0] = MPR_VALUE_LIST;
+    uint32_t three = 3;
+    memcpy(bad + 1, &three, 4);
+    const uint32_t idx[3] = {0, 1, 99};
+    for (int i = 0; i < 3; i++) {
+        bad[5 + 5 * i] = MPR_VALUE_TENSOR;
+        memcpy(bad + 6 + 5 * i, &idx[i], 4);
+    }
+    memcpy(recv, ts, 3 * sizeof *recv);
+    mpri_reader_init(&r, bad, sizeof bad);
+    out = NULL;
+    assert_int_equal(mpri_value_decode_taking(&r, recv, 3, 0, &out), MPR_ERR_DECODE);
+    assert_null(out);
+    assert_null(recv[0]);
+    assert_null(recv[1]);
+    assert_ptr_equal(recv[2], ts[2]);
+    mpr_tensor_release(recv[2]);
+    assert_int_equal(mpr_tensor_live_count(), live0);
+    mpri_buf_fini(&buf);
+}
+
 static void test_tensor_values_share_a_slab(void **state) {
     (void)state;
     int64_t live0 = mpr_tensor_live_count();
@@ -793,6 +868,7 @@ int main(void) {
         cmocka_unit_test(test_device_descriptor),
         cmocka_unit_test(test_small_tensors_share_a_block),
         cmocka_unit_test(test_tensor_values_share_a_slab),
+        cmocka_unit_test(test_decode_taking),
         cmocka_unit_test(test_release_batch),
         cmocka_unit_test(test_concurrent_last_release),
     };
