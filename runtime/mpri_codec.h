@@ -19,9 +19,11 @@
  * reserve more. Checked by the sender (a clear error) and the receiver. */
 #define MPRI_MAX_MESSAGE_TENSOR_BYTES ((uint64_t)1 << 36) /* 64 GiB */
 
+struct mpri_tensor_span;
 typedef struct mpri_tensor_list {
     mpr_tensor_t **items;    /* contiguous CPU tensors to send, one reference each */
     const mpr_tensor_t **orig; /* the tensors the value named (for de-duplication) */
+    struct mpri_tensor_span *spans; /* where each item's bytes lie (mpri_tensor_batches.h), noted as it is added */
     uint32_t len, cap;
     uint64_t total_bytes;    /* data bytes of items, bounded by MPRI_MAX_MESSAGE_TENSOR_BYTES */
     uint32_t *slots;         /* open-addressing index orig -> position + 1, once len > 16 */

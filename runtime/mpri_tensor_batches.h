@@ -67,23 +67,22 @@ void mpri_tensor_spans(mpr_tensor_t *const *tensors, uint32_t n, mpri_tensor_spa
  * entries, or is NULL to only count. Returns nbatches (0 when n is 0). */
 uint32_t mpri_batches_plan(const mpri_tensor_span_t *spans, uint32_t n, uint32_t *starts);
 
-/* Plan and datatype scratch for a message of n tensors: in the struct for up
+/* The plan of a message of n tensors and their spans: in the struct for up
  * to MPRI_BATCH_SCRATCH_INLINE tensors (the usual case, no malloc), else
  * allocated. The struct points into itself: do not copy it. */
 #define MPRI_BATCH_SCRATCH_INLINE 8
 typedef struct mpri_batch_scratch {
-    mpri_tensor_span_t *spans; /* n entries (mpri_tensor_spans) */
+    mpri_tensor_span_t *spans; /* n entries: the caller's (borrowed), or this scratch's */
     uint32_t *starts;          /* n + 1 entries */
-    int *lens;                 /* n entries */
-    MPI_Aint *displs;          /* n entries */
+    bool own_spans;
     mpri_tensor_span_t inline_spans[MPRI_BATCH_SCRATCH_INLINE];
     uint32_t inline_starts[MPRI_BATCH_SCRATCH_INLINE + 1];
-    int inline_lens[MPRI_BATCH_SCRATCH_INLINE];
-    MPI_Aint inline_displs[MPRI_BATCH_SCRATCH_INLINE];
 } mpri_batch_scratch_t;
 
-/* false when out of memory (nothing left to free). */
-bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n);
+/* `spans`: the tensors' spans, already gathered by the caller (a sent
+ * list's, mpri_tensor_list_t) and borrowed until fini; NULL: room for n
+ * spans here, to be filled. false when out of memory (nothing left to free). */
+bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n, mpri_tensor_span_t *spans);
 void mpri_batch_scratch_fini(mpri_batch_scratch_t *s);
 
 /* Bytes a send of the batch spans[first..end) packs into a buffer (0: it is
@@ -91,11 +90,12 @@ void mpri_batch_scratch_fini(mpri_batch_scratch_t *s);
 size_t mpri_batch_pack_bytes(const mpri_tensor_span_t *spans, uint32_t first, uint32_t end);
 
 /* Post the batch spans[first..end) as one MPI_Isend (send) or MPI_Irecv
- * to/from `peer` on `tag`. `scratch` has room for the message's tensors
- * (its lens and displs are used for an hindexed batch). A send given `pack`
- * (of mpri_batch_pack_bytes bytes, kept until the request completes; given
- * only when that is not 0) packs the batch there. Returns an MPI error code. */
+ * to/from `peer` on `tag`. A send given `pack` (of mpri_batch_pack_bytes
+ * bytes, kept until the request completes; given only when that is not 0)
+ * packs the batch there. A batch whose tensors lie apart (and are not
+ * packed) goes through an hindexed datatype built for this post. Returns an
+ * MPI error code (MPI_ERR_NO_MEM: no memory for the datatype's arrays). */
 int mpri_batch_post(bool send, const mpri_tensor_span_t *spans, uint32_t first, uint32_t end, int peer,
-                    int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req);
+                    int tag, MPI_Comm comm, void *pack, MPI_Request *req);
 
 #endif

@@ -200,7 +200,7 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
     msg->tensors = calloc(n, sizeof *msg->tensors);
     msg->reqs = malloc(sizeof *msg->reqs * n);
     msg->plan = malloc(sizeof *msg->plan);
-    if (msg->plan && !mpri_batch_scratch_init(msg->plan, n)) {
+    if (msg->plan && !mpri_batch_scratch_init(msg->plan, n, NULL)) {
         free(msg->plan);
         msg->plan = NULL;
     }
@@ -258,7 +258,7 @@ static void post_receives(mpri_msg_t *msg) {
     mpri_batch_scratch_t *plan = msg->plan;
     for (int b = 0; b < msg->nreqs; b++) {
         int rc = mpri_batch_post(false, plan->spans, plan->starts[b], plan->starts[b + 1], msg->src,
-                                 (int)msg->hdr.data_tag, mpri_rt.comm, plan, NULL, &msg->reqs[b]);
+                                 (int)msg->hdr.data_tag, mpri_rt.comm, NULL, &msg->reqs[b]);
         if (rc != MPI_SUCCESS) {
             msg->reqs[b] = MPI_REQUEST_NULL;
             if (!msg->post_error) msg->post_error = rc;

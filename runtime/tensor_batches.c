@@ -66,34 +66,25 @@ uint32_t mpri_batches_plan(const mpri_tensor_span_t *spans, uint32_t n, uint32_t
     return nb;
 }
 
-bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n) {
+bool mpri_batch_scratch_init(mpri_batch_scratch_t *s, uint32_t n, mpri_tensor_span_t *spans) {
+    s->own_spans = !spans;
     if (n <= MPRI_BATCH_SCRATCH_INLINE) {
-        s->spans = s->inline_spans;
+        s->spans = spans ? spans : s->inline_spans;
         s->starts = s->inline_starts;
-        s->lens = s->inline_lens;
-        s->displs = s->inline_displs;
         return true;
     }
-    s->spans = malloc(sizeof *s->spans * n);
+    s->spans = spans ? spans : malloc(sizeof *s->spans * n);
     s->starts = malloc(sizeof *s->starts * ((size_t)n + 1));
-    s->lens = malloc(sizeof *s->lens * n);
-    s->displs = malloc(sizeof *s->displs * n);
-    if (s->spans && s->starts && s->lens && s->displs) return true;
+    if (s->spans && s->starts) return true;
     mpri_batch_scratch_fini(s);
     return false;
 }
 
 void mpri_batch_scratch_fini(mpri_batch_scratch_t *s) {
-    if (s->starts != s->inline_starts) {
-        free(s->spans);
-        free(s->starts);
-        free(s->lens);
-        free(s->displs);
-    }
+    if (s->own_spans && s->spans != s->inline_spans) free(s->spans);
+    if (s->starts != s->inline_starts) free(s->starts);
     s->spans = NULL;
     s->starts = NULL;
-    s->lens = NULL;
-    s->displs = NULL;
 }
 
 /* Total bytes of spans[first..end) if they lie back to back in memory
@@ -120,7 +111,7 @@ size_t mpri_batch_pack_bytes(const mpri_tensor_span_t *spans, uint32_t first, ui
 }
 
 int mpri_batch_post(bool send, const mpri_tensor_span_t *spans, uint32_t first, uint32_t end, int peer,
-                    int tag, MPI_Comm comm, mpri_batch_scratch_t *scratch, void *pack, MPI_Request *req) {
+                    int tag, MPI_Comm comm, void *pack, MPI_Request *req) {
     /* A pack buffer: the caller found the batch apart in memory
      * (mpri_batch_pack_bytes > 0), so no second look. */
     if (send && pack) {
@@ -139,15 +130,19 @@ int mpri_batch_post(bool send, const mpri_tensor_span_t *spans, uint32_t first, 
                     : MPI_Irecv(at, bytes, MPI_BYTE, peer, tag, comm, req);
     }
     uint32_t k = end - first;
-    int *lens = scratch->lens;
-    MPI_Aint *displs = scratch->displs;
-    for (uint32_t i = 0; i < k; i++) {
+    int inline_lens[MPRI_BATCH_SCRATCH_INLINE];
+    MPI_Aint inline_displs[MPRI_BATCH_SCRATCH_INLINE];
+    int *lens = k <= MPRI_BATCH_SCRATCH_INLINE ? inline_lens : malloc(sizeof *lens * k);
+    MPI_Aint *displs = k <= MPRI_BATCH_SCRATCH_INLINE ? inline_displs : malloc(sizeof *displs * k);
+    int rc = lens && displs ? MPI_SUCCESS : MPI_ERR_NO_MEM;
+    for (uint32_t i = 0; rc == MPI_SUCCESS && i < k; i++) {
         lens[i] = (int)spans[first + i].nbytes; /* < MPRI_BATCH_ALONE_BYTES */
-        int rc = MPI_Get_address(spans[first + i].data, &displs[i]);
-        if (rc != MPI_SUCCESS) return rc;
+        rc = MPI_Get_address(spans[first + i].data, &displs[i]);
     }
-    MPI_Datatype type;
-    int rc = MPI_Type_create_hindexed((int)k, lens, displs, MPI_BYTE, &type);
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    if (rc == MPI_SUCCESS) rc = MPI_Type_create_hindexed((int)k, lens, displs, MPI_BYTE, &type);
+    if (lens != inline_lens) free(lens);
+    if (displs != inline_displs) free(displs);
     if (rc != MPI_SUCCESS) return rc;
     rc = MPI_Type_commit(&type);
     if (rc == MPI_SUCCESS)

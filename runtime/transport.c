@@ -412,12 +412,11 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     /* The batch plan, made once: its count goes in the header, its batches
      * are posted below (mpri_tensor_batches.h). */
     mpri_batch_scratch_t scratch;
-    if (!mpri_batch_scratch_init(&scratch, nt)) {
+    if (!mpri_batch_scratch_init(&scratch, nt, m->tensors.spans)) {
         mpri_outmsg_fini(m);
         return mpr_error_set(MPR_ERR_NOMEM, "send: out of memory");
     }
-    /* One walk over the tensors; the plan, packing and posting read the spans. */
-    if (nt) mpri_tensor_spans(m->tensors.items, nt, scratch.spans);
+    /* The plan, packing and posting read the spans the encode noted. */
     uint32_t nbatches = nt ? mpri_batches_plan(scratch.spans, nt, scratch.starts) : 0;
     if (nt) {
         unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
@@ -475,7 +474,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     size_t pack_at = 0;
     for (uint32_t b = 0; rc == MPI_SUCCESS && b < nbatches; b++) {
         rc = mpri_batch_post(true, scratch.spans, scratch.starts[b], scratch.starts[b + 1], dst,
-                             (int)h->data_tag, mpri_rt.comm, &scratch,
+                             (int)h->data_tag, mpri_rt.comm,
                              batch_pack[b] ? packed + pack_at : NULL, &reqs[1 + b]);
         pack_at += batch_pack[b];
         if (rc == MPI_SUCCESS) posted++;

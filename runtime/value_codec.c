@@ -63,6 +63,7 @@ void mpri_tensor_list_fini(mpri_tensor_list_t *l) {
     mpri_tensor_release_flush(&batch);
     free(l->items);
     free(l->orig);
+    free(l->spans);
     free(l->slots);
     memset(l, 0, sizeof *l);
 }
@@ -130,6 +131,9 @@ static mpr_err_t tensor_list_grow(mpri_tensor_list_t *l, uint32_t cap) {
     const mpr_tensor_t **orig = realloc(l->orig, cap * sizeof *orig);
     if (!orig) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
     l->orig = orig;
+    mpri_tensor_span_t *spans = realloc(l->spans, cap * sizeof *spans);
+    if (!spans) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+    l->spans = spans;
     l->cap = cap;
     return MPR_OK;
 }
@@ -202,6 +206,10 @@ static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_
     if (!c) return mpr_last_error_code();
     l->items[l->len] = c;
     l->orig[l->len] = t;
+    /* The copy's bytes (c is t in the common case: its storage line is
+     * already here): the send plans, packs and posts from these. */
+    l->spans[l->len] = (mpri_tensor_span_t){(uint8_t *)c->storage->data + c->offset * (int64_t)mpri_dtype_bytes(c->dtype),
+                                            nbytes};
     l->total_bytes += nbytes;
     if (l->nslots) {
         if (slot == UINT32_MAX)

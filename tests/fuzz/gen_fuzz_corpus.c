@@ -25,17 +25,7 @@ static void write_msg(const char *name, int kind, uint16_t flags, uint32_t data_
     mpri_buf_init(&descs);
     mpri_buf_init(&all);
     if (tl) mpri_tensor_descs_encode(tl, &descs);
-    uint32_t nbatches = 0;
-    if (tl && tl->len) {
-        mpri_tensor_span_t *spans = malloc(sizeof *spans * tl->len);
-        if (!spans) {
-            fprintf(stderr, "gen_fuzz_corpus: out of memory\n");
-            exit(1);
-        }
-        mpri_tensor_spans(tl->items, tl->len, spans);
-        nbatches = mpri_batches_plan(spans, tl->len, NULL);
-        free(spans);
-    }
+    uint32_t nbatches = tl && tl->len ? mpri_batches_plan(tl->spans, tl->len, NULL) : 0;
     mpri_wire_header_t h = {.magic = MPRI_WIRE_MAGIC, .version = MPRI_WIRE_VERSION, .kind = (uint8_t)kind,
                             .flags = flags, .tensor_count = tl ? tl->len : 0, .body_len = (uint32_t)body->len,
                             .request_id = 1, .function_id = mpri_hash_name("f"), .data_tag = data_tag,

@@ -39,6 +39,11 @@ static mpr_value_t *round_trip(const mpr_value_t *v) {
     mpri_tensor_descs_encode(&tl, &descs);
     mpr_tensor_t *recv[32] = {0};
     assert_true(tl.len <= 32);
+    if (tl.len) { /* the spans the encode noted are the sent tensors' own */
+        mpri_tensor_span_t walked[32];
+        mpri_tensor_spans(tl.items, tl.len, walked);
+        assert_memory_equal(tl.spans, walked, sizeof *walked * tl.len);
+    }
     mpri_reader_t dr;
     mpri_reader_init(&dr, descs.data, descs.len);
     assert_int_equal(mpri_tensor_descs_decode(&dr, tl.len, recv, &placement), MPR_OK);
