@@ -730,6 +730,20 @@ static void test_concurrent_last_release(void **state) {
  * released on its own, in any order, and one that outlives its list keeps
  * working (ASan and the live count check the slab goes with the last). A
  * decode that fails partway releases the slab's values. */
+/* The wire form of a list of three tensor items whose third index (99) is
+ * out of range for the three tensors the decodes below are given. */
+enum { BAD_LIST_BYTES = 1 + 4 + 3 * 5 };
+static void write_bad_list(uint8_t bad[BAD_LIST_BYTES]) {
+    bad[0] = MPR_VALUE_LIST;
+    uint32_t three = 3;
+    memcpy(bad + 1, &three, 4);
+    const uint32_t idx[3] = {0, 1, 99};
+    for (int i = 0; i < 3; i++) {
+        bad[5 + 5 * i] = MPR_VALUE_TENSOR;
+        memcpy(bad + 6 + 5 * i, &idx[i], 4);
+    }
+}
+
 /* mpri_value_decode_taking: the values take over the first reference of
  * each tensor they name (its entry becomes NULL), later items naming the
  * same tensor take references of their own, tensors the value does not
@@ -782,15 +796,8 @@ static void test_decode_taking(void **state) {
         int64_t len = 2;
         ts[i] = make_tensor(MPR_F32, 1, &len);
     }
-    uint8_t bad[1 + 4 + 3 * 5];
-    bad[0] = MPR_VALUE_LIST;
-    uint32_t three = 3;
-    memcpy(bad + 1, &three, 4);
-    const uint32_t idx[3] = {0, 1, 99};
-    for (int i = 0; i < 3; i++) {
-        bad[5 + 5 * i] = MPR_VALUE_TENSOR;
-        memcpy(bad + 6 + 5 * i, &idx[i], 4);
-    }
+    uint8_t bad[BAD_LIST_BYTES];
+    write_bad_list(bad);
     memcpy(recv, ts, 3 * sizeof *recv);
     mpri_reader_init(&r, bad, sizeof bad);
     out = NULL;
@@ -838,15 +845,8 @@ static void test_tensor_values_share_a_slab(void **state) {
     mpr_value_release(keep21);
     mpr_value_release(keep5);
     /* A list whose third tensor item is out of range: nothing leaks. */
-    uint8_t bad[1 + 4 + 3 * 5];
-    bad[0] = MPR_VALUE_LIST;
-    uint32_t three = 3;
-    memcpy(bad + 1, &three, 4);
-    const uint32_t idx[3] = {0, 1, 99};
-    for (int i = 0; i < 3; i++) {
-        bad[5 + 5 * i] = MPR_VALUE_TENSOR;
-        memcpy(bad + 6 + 5 * i, &idx[i], 4);
-    }
+    uint8_t bad[BAD_LIST_BYTES];
+    write_bad_list(bad);
     mpri_reader_t r;
     mpri_reader_init(&r, bad, sizeof bad);
     mpr_value_t *v = NULL;
