@@ -45,11 +45,25 @@ void KN(mpri_col2im)(const KT *col, int64_t C, int64_t H, int64_t W, int64_t kh,
             for (int64_t kj = 0; kj < kw; kj++) {
                 const KT *src = col + ((c * kh + ki) * kw + kj) * oh * ow;
                 KT *gc = gx + c * H * W;
+                /* With stride 1 the columns that land inside the row are
+                 * one run [ox_lo, ox_hi): added without a test per element
+                 * (vectorized), in the same order as the general loop. */
+                int64_t ox_lo = 0, ox_hi = 0;
+                if (sw == 1) {
+                    ox_lo = pw - kj > 0 ? pw - kj : 0;
+                    ox_hi = W + pw - kj < ow ? W + pw - kj : ow;
+                    if (ox_hi < ox_lo) ox_hi = ox_lo;
+                }
                 for (int64_t oy = 0; oy < oh; oy++) {
                     int64_t iy = oy * sh - ph + ki;
                     if (iy < 0 || iy >= H) continue;
                     const KT *s = src + oy * ow;
                     KT *gr = gc + iy * W;
+                    if (sw == 1) {
+                        const int64_t shift = kj - pw; /* ix = ox + shift, inside [0, W) on the run */
+                        for (int64_t ox = ox_lo; ox < ox_hi; ox++) gr[ox + shift] += s[ox];
+                        continue;
+                    }
                     for (int64_t ox = 0; ox < ow; ox++) {
                         int64_t ix = ox * sw - pw + kj;
                         if (ix >= 0 && ix < W) gr[ix] += s[ox];
@@ -65,6 +79,27 @@ void KN(mpri_max_pool2d_fwd)(const KT *x, int64_t NC, int64_t H, int64_t W, int6
         const KT *xp = x + p * H * W;
         for (int64_t oy = 0; oy < oh; oy++)
             for (int64_t ox = 0; ox < ow; ox++) {
+                int64_t iy0 = oy * sh - ph, ix0 = ox * sw - pw;
+                if (kh == 2 && kw == 2 && iy0 >= 0 && ix0 >= 0 && iy0 + 1 < H && ix0 + 1 < W) {
+                    /* A 2x2 window inside the plane (the usual pooling): the
+                     * loop below unrolled, the same order and rules. */
+                    const KT *w0 = xp + iy0 * W + ix0, *w1 = w0 + W;
+                    KT best = w0[0];
+                    int64_t bi = iy0 * W + ix0;
+                    if (!isnan(best)) {
+                        KT v[3] = {w0[1], w1[0], w1[1]};
+                        const int64_t at[3] = {bi + 1, bi + W, bi + W + 1};
+                        for (int k = 0; k < 3; k++)
+                            if (v[k] > best || isnan(v[k])) {
+                                best = v[k];
+                                bi = at[k];
+                                if (isnan(v[k])) break;
+                            }
+                    }
+                    y[(p * oh + oy) * ow + ox] = best;
+                    arg[(p * oh + oy) * ow + ox] = bi;
+                    continue;
+                }
                 KT best = -INFINITY;
                 int64_t bi = -1;
                 for (int64_t ki = 0; ki < kh; ki++) {
