@@ -84,22 +84,30 @@ void KN(mpri_max_pool2d_fwd)(const KT *x, int64_t NC, int64_t H, int64_t W, int6
                     /* A 2x2 window inside the plane (the usual pooling): the
                      * loop below unrolled, the same order and rules. */
                     const KT *w0 = xp + iy0 * W + ix0, *w1 = w0 + W;
-                    KT best = w0[0];
-                    int64_t bi = iy0 * W + ix0;
-                    if (!isnan(best)) {
-                        KT v[3] = {w0[1], w1[0], w1[1]};
-                        const int64_t at[3] = {bi + 1, bi + W, bi + W + 1};
-                        for (int k = 0; k < 3; k++)
-                            if (v[k] > best || isnan(v[k])) {
-                                best = v[k];
-                                bi = at[k];
-                                if (isnan(v[k])) break;
-                            }
-                    }
+                    const KT a = w0[0], b = w0[1], c = w1[0], d = w1[1];
+                    /* A NaN (rare, so this branch predicts well) goes to
+                     * the general loop. Otherwise the first maximum by
+                     * selects, not branches: ReLU outputs tie often, and
+                     * mispredicted compares cost more than the pooling. */
+                    if (isnan(a) || isnan(b) || isnan(c) || isnan(d)) goto general;
+                    const int64_t at0 = iy0 * W + ix0;
+                    KT best = a;
+                    int64_t bi = at0, take;
+                    /* take: all ones when the value beats the best so far */
+                    take = -(int64_t)(b > best);
+                    bi = (bi & ~take) | ((at0 + 1) & take);
+                    best = b > best ? b : best;
+                    take = -(int64_t)(c > best);
+                    bi = (bi & ~take) | ((at0 + W) & take);
+                    best = c > best ? c : best;
+                    take = -(int64_t)(d > best);
+                    bi = (bi & ~take) | ((at0 + W + 1) & take);
+                    best = d > best ? d : best;
                     y[(p * oh + oy) * ow + ox] = best;
                     arg[(p * oh + oy) * ow + ox] = bi;
                     continue;
                 }
+            general:;
                 KT best = -INFINITY;
                 int64_t bi = -1;
                 for (int64_t ki = 0; ki < kh; ki++) {
