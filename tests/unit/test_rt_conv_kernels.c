@@ -28,31 +28,25 @@ static double next_value(uint32_t *state) {
     return (double)((*state >> 16) % 16) / 8.0 - 1.0;
 }
 
-static void col2im_ref_f64(const double *col, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow, double *gx) {
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t ki = 0; ki < kh; ki++)
-            for (int64_t kj = 0; kj < kw; kj++)
-                for (int64_t oy = 0; oy < oh; oy++)
-                    for (int64_t ox = 0; ox < ow; ox++) {
-                        int64_t iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
-                        if (iy >= 0 && iy < H && ix >= 0 && ix < W)
-                            gx[(c * H + iy) * W + ix] += col[(((c * kh + ki) * kw + kj) * oh + oy) * ow + ox];
-                    }
-}
-
-static void col2im_ref_f32(const float *col, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow, float *gx) {
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t ki = 0; ki < kh; ki++)
-            for (int64_t kj = 0; kj < kw; kj++)
-                for (int64_t oy = 0; oy < oh; oy++)
-                    for (int64_t ox = 0; ox < ow; ox++) {
-                        int64_t iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
-                        if (iy >= 0 && iy < H && ix >= 0 && ix < W)
-                            gx[(c * H + iy) * W + ix] += col[(((c * kh + ki) * kw + kj) * oh + oy) * ow + ox];
-                    }
-}
+/* The reference col2im for element type T, named col2im_ref_S: every
+ * column element in order, added where its window lands inside the image. */
+#define DEFINE_COL2IM_REF(S, T)                                                                              \
+    static void col2im_ref_##S(const T *col, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw,       \
+                               int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow,      \
+                               T *gx) {                                                                     \
+        for (int64_t c = 0; c < C; c++)                                                                     \
+            for (int64_t ki = 0; ki < kh; ki++)                                                             \
+                for (int64_t kj = 0; kj < kw; kj++)                                                         \
+                    for (int64_t oy = 0; oy < oh; oy++)                                                     \
+                        for (int64_t ox = 0; ox < ow; ox++) {                                               \
+                            int64_t iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;                         \
+                            if (iy >= 0 && iy < H && ix >= 0 && ix < W)                                     \
+                                gx[(c * H + iy) * W + ix] +=                                                \
+                                    col[(((c * kh + ki) * kw + kj) * oh + oy) * ow + ox];                   \
+                        }                                                                                   \
+    }
+DEFINE_COL2IM_REF(f64, double)
+DEFINE_COL2IM_REF(f32, float)
 
 static void test_col2im_matches_reference(void **state) {
     (void)state;
