@@ -4,7 +4,8 @@
  *
  * Invariants: no allocation; the caller zeroes / prepares outputs; rows
  * reduced along their innermost dim accumulate in double so f32 sums of long
- * rows keep precision; max picks the first maximum (NaN propagates). */
+ * rows keep precision (a contiguous row in 8 interleaved partial sums, in a
+ * fixed order: deterministic); max picks the first maximum (NaN propagates). */
 
 /* Vectorize the inner loops at the default -O2 (whose "very cheap" cost model
  * skips loops with an unknown trip count). */
@@ -13,6 +14,24 @@
 #include <math.h>
 
 #include "mpri_kernels.h"
+
+/* A contiguous row's sum in double, in 8 interleaved partial sums: one
+ * running sum is a chain of dependent adds (~4 cycles each, not
+ * vectorizable without reordering), which made the bias gradient of a
+ * convolution (rows of H*W) a visible part of a CNN's backward. The order
+ * is fixed, so results are deterministic. */
+#define DEFINE_SUM_ROW(T)                                                      \
+    static double sum_row_##T(const T *p, int64_t n) {                         \
+        double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};                             \
+        int64_t i = 0;                                                         \
+        for (; i + 8 <= n; i += 8)                                             \
+            for (int k = 0; k < 8; k++) part[k] += p[i + k];                   \
+        for (; i < n; i++) part[0] += p[i];                                    \
+        return ((part[0] + part[1]) + (part[2] + part[3])) +                   \
+               ((part[4] + part[5]) + (part[6] + part[7]));                    \
+    }
+DEFINE_SUM_ROW(float)
+DEFINE_SUM_ROW(double)
 
 #define SUM_BODY(T)                                                            \
     {                                                                          \
@@ -24,7 +43,7 @@
             if (s0 == 0) {                                                     \
                 double acc = 0;                                                \
                 if (s1 == 1)                                                   \
-                    for (int64_t i = 0; i < inner; i++) acc += ip[i];          \
+                    acc = sum_row_##T(ip, inner);                              \
                 else                                                           \
                     for (int64_t i = 0; i < inner; i++) acc += ip[i * s1];     \
                 *op += (T)acc;                                                 \
