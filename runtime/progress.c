@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "mpri_assert.h"
+#include "mpri_doorbell.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
 #include "mpri_pool.h"
@@ -461,6 +462,7 @@ static void bind_progress_thread(pthread_t thread) {
 
 #define IDLE_SPIN_NS 50000
 #define IDLE_YIELD_NS 2000000
+#define IDLE_YIELD_BELLS_NS 100000 /* ... when every peer rings this rank's bell */
 #define IDLE_SLEEP_MAX_NS 1000000
 #define NAP_NS 1000000        /* the longest nap while another thread polls actively */
 #define OTHERS_STALE_NS 1000000 /* ... and how long their polls may pause before this thread polls anyway */
@@ -544,11 +546,17 @@ static void *progress_main(void *unused) {
         int64_t idle = mpri_now_ns() - idle_since;
         if (idle < IDLE_SPIN_NS) {
             mpri_cpu_relax();
-        } else if (idle < IDLE_YIELD_NS) {
+        } else if (idle < (mpri_doorbell_covers_all() ? IDLE_YIELD_BELLS_NS : IDLE_YIELD_NS)) {
             sched_yield();
         } else {
-            struct timespec ts = {0, sleep_ns};
-            nanosleep(&ts, NULL);
+            /* Asleep on this rank's bell: a peer on this host that posts a
+             * message rings it (doorbell.c); the timeout bounds the wait
+             * for the others. */
+            if (mpri_doorbell_sleep(sleep_ns, mpri_progress_poll) > 0) {
+                idle_since = mpri_now_ns();
+                sleep_ns = 10000;
+                continue;
+            }
             if (sleep_ns < IDLE_SLEEP_MAX_NS) sleep_ns *= 2;
         }
     }
@@ -616,6 +624,7 @@ void mpri_progress_stop(void) {
         pthread_mutex_lock(&prog.nap_lock);
         pthread_cond_signal(&prog.nap_cond);
         pthread_mutex_unlock(&prog.nap_lock);
+        mpri_doorbell_wake_self(); /* asleep on its bell: it sees `stop` now */
         pthread_join(prog.thread, NULL);
         prog.thread_started = false;
         pthread_cond_destroy(&prog.nap_cond);

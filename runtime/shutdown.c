@@ -74,6 +74,7 @@
 #include <time.h>
 
 #include "mpri_assert.h"
+#include "mpri_doorbell.h"
 #include "mpri_event.h"
 #include "mpri_host_alloc.h"
 #include "mpri_pool.h"
@@ -398,6 +399,7 @@ static void stop_local(int from, bool free_comms) {
     mpri_progress_stop();
     mpri_pool_stop();
     mpri_run_after_stop_hooks();
+    mpri_doorbell_fini(); /* after the pool: no handler rings any more */
     mpri_observe_release(free_comms);
     if (free_comms) {
         MPI_Comm_free(&mpri_rt.comm);

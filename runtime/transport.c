@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpri_doorbell.h"
 #include "mpri_error.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
@@ -481,6 +482,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     }
     mpri_batch_scratch_fini(&scratch);
     if (batch_pack != stack_pack) free(batch_pack);
+    if (posted) mpri_doorbell_ring(dst); /* an idle peer on this host wakes now, not at its next poll */
     mpr_err_t err = MPR_OK;
     if (rc != MPI_SUCCESS) {
         if (posted == 0) mpri_uncount_sent(dst);

@@ -20,6 +20,7 @@
 
 #include "mpri_args.h"
 #include "mpri_assert.h"
+#include "mpri_doorbell.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "mpri_trace.h"
@@ -266,6 +267,7 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     if ((e = mpri_shutdown_prepare())) goto fail;
     mpri_trace_name_thread("main"); /* the thread that called mpr_init */
     mpri_observe_init(mpri_rt.comm); /* collective, before the threads start; never fails the init */
+    mpri_doorbell_init(mpri_rt.comm); /* collective too; without bells idle ranks poll as before */
     atomic_store(&mpri_rt.state, MPRI_RUNNING);
     if ((e = mpri_pool_start(mpri_rt.num_worker_threads))) goto fail_running;
     if ((e = mpri_progress_start())) {
@@ -276,6 +278,7 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
 
 fail_running:
     atomic_store(&mpri_rt.state, MPRI_UNINIT);
+    mpri_doorbell_fini();
     mpri_observe_release(true);
 fail:
     free(mpri_rt.workers);
