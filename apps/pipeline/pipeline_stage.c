@@ -57,6 +57,7 @@ typedef struct stage {
     mpr_tensor_t **params; /* borrowed from net */
     char **keys;       /* "model.<group>.<name>" per parameter */
     atomic_llong peak; /* largest mpr_autograd_saved_bytes sampled since the last memory call */
+    bool input_grad;   /* not the first stage: its backward also makes its input's gradient */
 } stage_t;
 
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -166,6 +167,7 @@ static mpr_module_t *stage_ctor(const mpr_value_t *args, int device, void *user_
         return NULL;
     }
     st->net = net;
+    st->input_grad = first > 0;
     st->n = mpr_module_num_parameters(net);
     if (make_keys(st, (int)first)) {
         mpr_module_destroy(m);
@@ -212,10 +214,21 @@ static mpr_err_t profile_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_v
     mpr_tensor_t *out = NULL;
     if (!ms) e = mpr_error_set(MPR_ERR_NOMEM, "pipeline.profile: out of memory");
     bool prev = mpr_set_grad_enabled(true);
+    /* A later stage's backward in the pipeline also makes the gradient of
+     * its input (sent to the stage before): so does the profile's. */
+    mpr_tensor_t *in = NULL;
+    if (!e && st->input_grad) {
+        mpr_scope_begin();
+        in = mpr_scope_escape(mpr_detach(x)); /* ours, whatever scope the handler runs in */
+        mpr_scope_end();
+    } else if (!e) {
+        in = mpr_tensor_retain(x);
+    }
+    if (!e && (!in || (st->input_grad && mpr_set_requires_grad(in, true)))) e = mpr_last_error_code();
     for (int64_t r = -1; !e && r < reps; r++) { /* r = -1: warm-up */
         mpr_scope_begin();
         double t0 = app_now();
-        mpr_tensor_t *y = mpr_module_forward(st->net, x);
+        mpr_tensor_t *y = mpr_module_forward(st->net, in);
         mpr_tensor_t *loss = y ? mpr_sum(y) : NULL;
         if (!loss || mpr_backward(loss, NULL, false)) e = mpr_last_error_code();
         if (r >= 0) ms[r] = (app_now() - t0) * 1e3;
@@ -223,6 +236,7 @@ static mpr_err_t profile_fn(mpr_call_ctx_t *call, const mpr_value_t *args, mpr_v
         mpr_scope_end();
         mpr_module_zero_grad(st->net);
     }
+    mpr_tensor_release(in);
     mpr_set_grad_enabled(prev);
     pthread_mutex_unlock(&st->lock);
     if (!e) {
