@@ -15,7 +15,9 @@
  * name) share its CLOCK_MONOTONIC, so their offset is applied as exactly 0
  * and the measured one is only reported (otherData.clock: offsets, round
  * trips, what was applied). Timestamps are microseconds since rank 0's
- * mpr_init.
+ * mpr_init; otherData.clock_zero_ns is that instant in rank 0's
+ * CLOCK_MONOTONIC, to line the trace up with other tools' records (perf
+ * record -k CLOCK_MONOTONIC).
  *
  * The file: {"traceEvents":[...], "displayTimeUnit":"ns", "otherData":{...}}.
  * pid = rank (named "<worker> (rank r)"), tid = the thread's track (named
@@ -446,8 +448,9 @@ static bool write_trace(const char *path_arg) {
                             n, totals[0], totals[1]);
                     fwrite(all, 1, total, f);
                     fprintf(f, "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"ranks\":%d,\"events\":%" PRIu64
-                               ",\"dropped_events\":%" PRIu64 ",\"clock_sync\":\"%s\",\"clock\":[%s]}}\n",
-                            n, totals[0], totals[1], obs.synced_at_init ? "init+end" : "end",
+                               ",\"dropped_events\":%" PRIu64 ",\"clock_zero_ns\":%" PRId64
+                               ",\"clock_sync\":\"%s\",\"clock\":[%s]}}\n",
+                            n, totals[0], totals[1], obs.base_ns, obs.synced_at_init ? "init+end" : "end",
                             clock_report ? clock_report : "");
                     written = fclose(f) == 0 && rename(tmp, path) == 0;
                     if (!written) remove(tmp);
