@@ -54,6 +54,12 @@ void mpri_k_copy(int ndim, const int64_t *shape, mpr_dtype_t dst_dt, void *dst, 
         const char *sp = S + off[1] * (int64_t)ssz;
         if (dst_dt == src_dt && s0 == 1 && s1 == 1) {
             memcpy(dp, sp, (size_t)inner * dsz);
+        } else if (dst_dt == src_dt && dsz == 4 && s0 == 1 && s1 == 0) { /* a broadcast value (a bias) */
+            const int32_t v = *(const int32_t *)sp;
+            for (int64_t i = 0; i < inner; i++) ((int32_t *)dp)[i] = v;
+        } else if (dst_dt == src_dt && dsz == 8 && s0 == 1 && s1 == 0) {
+            const int64_t v = *(const int64_t *)sp;
+            for (int64_t i = 0; i < inner; i++) ((int64_t *)dp)[i] = v;
         } else if (dst_dt == src_dt && dsz == 4) {
             for (int64_t i = 0; i < inner; i++)
                 ((int32_t *)dp)[i * s0] = ((const int32_t *)sp)[i * s1];

@@ -8,7 +8,10 @@
  * - max_pool2d's forward, whose 2x2 windows inside the plane are unrolled,
  *   equals the reference (values and argmax: the first maximum wins, a NaN
  *   wins and stops its window) on inputs with ties and NaNs, for 2x2 and
- *   3x3 windows, strides 1 and 2, paddings 0 and 1. */
+ *   3x3 windows, strides 1 and 2, paddings 0 and 1;
+ * - the strided copy's broadcast rows (a value repeated along a contiguous
+ *   row: the convolution's bias) equal the general copy, f32 and f64, and
+ *   write nothing past the rows. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/mpri_kernels.h"
 #include "kernels/mpri_nn_kernels.h"
 
 /* Deterministic values in [-1, 1) with many repeats (ties), from a small LCG. */
@@ -150,10 +154,38 @@ static void test_max_pool_matches_reference(void **state) {
     free(x);
 }
 
+/* y[n, c, q] = b[c] through mpri_k_copy (stride 0 over n and q), against a
+ * plain loop; a guard after the rows stays untouched. */
+static void test_broadcast_copy(void **state) {
+    (void)state;
+    const int64_t N = 3, C = 5, Q = 37; /* Q: not a multiple of any vector width */
+    float bf[5], *yf = malloc(sizeof *yf * (size_t)(N * C * Q + 1));
+    double bd[5], *yd = malloc(sizeof *yd * (size_t)(N * C * Q + 1));
+    assert_non_null(yf);
+    assert_non_null(yd);
+    for (int c = 0; c < C; c++) bf[c] = (float)(bd[c] = 0.25 * c - 1.0);
+    yf[N * C * Q] = 7.0f;
+    yd[N * C * Q] = 7.0;
+    int64_t shape[3] = {N, C, Q}, sy[3] = {C * Q, Q, 1}, sb[3] = {0, 1, 0};
+    mpri_k_copy(3, shape, MPR_F32, yf, sy, MPR_F32, bf, sb);
+    mpri_k_copy(3, shape, MPR_F64, yd, sy, MPR_F64, bd, sb);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t q = 0; q < Q; q++) {
+                assert_true(yf[(n * C + c) * Q + q] == bf[c]);
+                assert_true(yd[(n * C + c) * Q + q] == bd[c]);
+            }
+    assert_true(yf[N * C * Q] == 7.0f);
+    assert_true(yd[N * C * Q] == 7.0);
+    free(yf);
+    free(yd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_col2im_matches_reference),
         cmocka_unit_test(test_max_pool_matches_reference),
+        cmocka_unit_test(test_broadcast_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
