@@ -24,7 +24,6 @@
 #include "mpri_args.h"
 #include "mpri_error.h"
 #include "mpri_assert.h"
-#include "mpri_doorbell.h"
 #include "mpri_small_alloc.h"
 #include "mpri_event.h"
 #include "mpri_trace.h"
@@ -356,7 +355,6 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
 }
 
 #define WAIT_ACTIVE_NS 2000000 /* poll actively this long before sleeping */
-#define WAIT_ACTIVE_BELLS_NS 250000 /* ... when every peer rings this rank's bell */
 #define WAIT_SPIN_NS 100000    /* pure spinning (no yield) at the very start */
 #define WAIT_SLEEP_MAX_NS 1000000
 
@@ -371,10 +369,6 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
     bool active = false;
     size_t first_pending = 0;
     int64_t sleep_ns = 20000;
-    /* With every peer ringing this rank's bell the progress thread wakes at
-     * once for a reply and signals the waiter: polling long is only a cost
-     * (the waiters' yields took the cores from the ranks that computed). */
-    const int64_t active_ns = mpri_doorbell_covers_all() ? WAIT_ACTIVE_BELLS_NS : WAIT_ACTIVE_NS;
     mpr_err_t result = MPR_OK;
     for (;;) {
         while (first_pending < n && mpr_future_done(fs[first_pending])) first_pending++;
@@ -399,7 +393,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
             }
             if (wait_hooks->run_pool_task()) continue;
         }
-        if (wait_hooks && now - start < active_ns) {
+        if (wait_hooks && now - start < WAIT_ACTIVE_NS) {
             if (!active) {
                 wait_hooks->enter();
                 active = true;
