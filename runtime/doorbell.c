@@ -14,7 +14,9 @@
  * its pid and the clock, O_EXCL), sends the name to the others over a host
  * communicator (MPI_Comm_split_type SHARED), each maps it, and after a
  * barrier the creator unlinks the name, so nothing is left behind even if
- * the job is killed later. Bells of ranks on other hosts are absent: their
+ * the job is killed later. If any rank of the host could not map it, no
+ * rank of the host uses it (all or none, agreed by an allreduce). Bells of
+ * ranks on other hosts are absent: their
  * messages are found when the sleeper's bounded sleep ends, as before.
  *
  * STATE MACHINE of a bell (its owner's progress thread, `sleeping`):
@@ -147,6 +149,12 @@ bool mpri_doorbell_init(MPI_Comm comm) {
         for (int i = 0; i < hsize; i++) host_ranks[i] = i;
         ok = MPI_Group_translate_ranks(g_host, hsize, host_ranks, g_all, all_ranks) == MPI_SUCCESS;
     }
+    /* Bells on this host for all its ranks or for none: a rank that could
+     * not map the segment would neither ring nor watch its bell while the
+     * others counted on it (shorter polling before they sleep). */
+    int mine = ok, everyone = 0;
+    if (MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_LAND, host) != MPI_SUCCESS) everyone = 0;
+    ok = everyone;
     if (ok) {
         for (int i = 0; i < hsize; i++) {
             MPRI_ASSERT(all_ranks[i] >= 0 && all_ranks[i] < size, "a host rank outside the communicator");

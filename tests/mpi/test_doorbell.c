@@ -7,7 +7,8 @@
  * - no lost wake-up: 300 times, rank 0 posts an MPI message to rank 1 and
  *   rings; rank 1 sleeps (5 s timeout) with an MPI probe as the arming poll.
  *   Each round must end long before the timeout, whatever the interleaving;
- * - fini and a second init work (a runtime can start again).
+ * - after fini a ring does nothing and a sleep is a plain timed sleep; a
+ *   second init works (a runtime can start again).
  * Through the runtime: calls to a rank idle for 20 ms at a time (its
  * progress thread asleep on its bell) ring it, and every call succeeds. */
 #include <stdatomic.h>
@@ -95,6 +96,11 @@ static void test_raw_protocol(int rank) {
     mpri_doorbell_fini();
     CHECK(!mpri_doorbell_covers_all());
     mpri_doorbell_ring(1); /* retired: a ring does nothing, touches nothing */
+    { /* without bells a sleep is a plain timed sleep */
+        double t0 = now_s();
+        CHECK(mpri_doorbell_sleep(2000000, poll_work) == 0);
+        CHECK(now_s() - t0 >= 0.0019);
+    }
     /* A second set-up, as a second mpr_init makes. */
     CHECK(mpri_doorbell_init(MPI_COMM_WORLD));
     CHECK(mpri_doorbell_covers_all());
