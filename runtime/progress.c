@@ -462,7 +462,6 @@ static void bind_progress_thread(pthread_t thread) {
 
 #define IDLE_SPIN_NS 50000
 #define IDLE_YIELD_NS 2000000
-#define IDLE_YIELD_BELLS_NS 100000 /* ... when every peer rings this rank's bell */
 #define IDLE_SLEEP_MAX_NS 1000000
 #define NAP_NS 1000000        /* the longest nap while another thread polls actively */
 #define OTHERS_STALE_NS 1000000 /* ... and how long their polls may pause before this thread polls anyway */
@@ -546,7 +545,7 @@ static void *progress_main(void *unused) {
         int64_t idle = mpri_now_ns() - idle_since;
         if (idle < IDLE_SPIN_NS) {
             mpri_cpu_relax();
-        } else if (idle < (mpri_doorbell_covers_all() ? IDLE_YIELD_BELLS_NS : IDLE_YIELD_NS)) {
+        } else if (idle < IDLE_YIELD_NS) {
             sched_yield();
         } else {
             /* Asleep on this rank's bell: a peer on this host that posts a
