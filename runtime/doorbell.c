@@ -1,14 +1,13 @@
 /* doorbell.c — wake-ups between the ranks of one host (mpri_doorbell.h).
  *
  * Why: an idle rank's progress thread has to notice the next message. It
- * used to poll (spin, then yield for 2 ms, then sleep up to 1 ms at a
- * time), so on a busy host a message to an idle rank waited 0.1-2 ms to be
- * probed (median 120-380 us between the two stages of the pipeline app on 2
- * cores, p90 2 ms), and the yielding threads took a quarter of the CPU from
- * the ranks that computed. Shared memory has no interrupt, so the sender
- * tells the sleeper: every rank has a bell, a cache line in a segment the
- * host's ranks share, and sleeps on it in a futex; a sender on the same
- * host rings it after posting.
+ * polls (spin, then yield for 2 ms) and then sleeps up to 1 ms at a time;
+ * with plain sleeps a message to an idle rank on a busy host waited
+ * 0.1-2 ms to be probed (median 120-380 us between the two stages of the
+ * pipeline app on 2 cores, p90 2 ms). Shared memory has no interrupt, so
+ * the sender tells the sleeper: every rank has a bell, a cache line in a
+ * segment the host's ranks share, and sleeps on it in a futex; a sender on
+ * the same host rings it after posting.
  *
  * The segment: the host's first rank creates it (shm_open, a name made of
  * its pid and the clock, O_EXCL), sends the name to the others over a host
