@@ -117,7 +117,7 @@ bool mpri_doorbell_init(MPI_Comm comm) {
     int size = 0, rank = 0, hsize = 0, hrank = 0;
     MPI_Comm_size(comm, &size);
     MPI_Comm_rank(comm, &rank);
-    /* Collective from here to the barrier on every rank, whatever fails. */
+    /* Collective from here to the allreduce on every rank, whatever fails. */
     if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) != MPI_SUCCESS) {
         free(t);
         return false; /* every rank's split failed alike or the job is broken anyway */
