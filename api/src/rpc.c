@@ -9,6 +9,7 @@
 #include "mpri_args.h"
 #include "mpri_future.h"
 #include "mpri_registry.h"
+#include "mpri_rpc.h"
 #include "mpri_rref_proto.h"
 #include "mpri_runtime.h"
 
@@ -18,8 +19,10 @@ static mpr_future_t *failed_future(mpr_err_t code) {
     return f;
 }
 
-mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s) {
-    if (!fn) return failed_future(mpri_null_arg(__func__, "fn"));
+mpr_future_t *mpri_rpc_async_sent(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s,
+                                  bool *left) {
+    *left = false;
+    if (!fn) return failed_future(mpri_null_arg("mpr_rpc_async", "fn"));
     mpr_err_t e = mpri_check_running("rpc");
     if (e) return failed_future(e);
     int rank;
@@ -38,7 +41,13 @@ mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *ar
     snprintf(label, sizeof label, "rpc '%.60s'", fn);
     mpr_future_t *f = mpri_request(rank, &m, timeout_s, label);
     mpri_rref_encode_end(mark, m.left);
+    *left = m.left;
     return f;
+}
+
+mpr_future_t *mpr_rpc_async(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s) {
+    bool left;
+    return mpri_rpc_async_sent(to, fn, args, timeout_s, &left);
 }
 
 mpr_err_t mpr_rpc_sync(mpr_dest_t to, const char *fn, const mpr_value_t *args, double timeout_s,

@@ -3,9 +3,10 @@
  *
  * Invariants: every function here releases the argument list it owns (given
  * or built) exactly once, on every path; a one-way call either returns its
- * error to the caller (the future was already failed when mpr_rpc_async
- * returned) or has a completion callback that counts and prints a failure —
- * there is no third path. */
+ * error to the caller (its request did not leave: the future was already
+ * failed when the call returned) or has a completion callback that counts
+ * and prints a failure (its request left, however quickly it was answered)
+ * — there is no third path. */
 #include "mpirpc/rpc_helpers.h"
 
 #include <stdatomic.h>
@@ -14,7 +15,9 @@
 #include <string.h>
 
 #include "mpri_args.h"
+#include "mpri_assert.h"
 #include "mpri_future.h"
+#include "mpri_rpc.h"
 
 static atomic_uint_fast64_t oneway_failures;
 
@@ -39,15 +42,23 @@ static mpr_future_t *failed_future(mpr_err_t code) {
     return f;
 }
 
-mpr_future_t *mpr_rpc_async_take(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s) {
+/* mpr_rpc_async_take, also telling whether the request left. */
+static mpr_future_t *async_take_sent(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s,
+                                     bool *left) {
+    *left = false;
     if (!args) return failed_future(null_args("mpr_rpc_async_take"));
     if (!fn) {
         mpr_value_release(args); /* ownership is taken on failure too */
-        return failed_future(mpri_null_arg(__func__, "fn"));
+        return failed_future(mpri_null_arg("mpr_rpc_async_take", "fn"));
     }
-    mpr_future_t *f = mpr_rpc_async(to, fn, args, timeout_s); /* the message holds what it needs */
+    mpr_future_t *f = mpri_rpc_async_sent(to, fn, args, timeout_s, left); /* the message holds what it needs */
     mpr_value_release(args);
     return f;
+}
+
+mpr_future_t *mpr_rpc_async_take(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s) {
+    bool left;
+    return async_take_sent(to, fn, args, timeout_s, &left);
 }
 
 mpr_err_t mpr_rpc_sync_take(mpr_dest_t to, const char *fn, mpr_value_t *args, double timeout_s,
@@ -140,13 +151,20 @@ mpr_err_t mpr_rpc_oneway_take(mpr_dest_t to, const char *fn, mpr_value_t *args) 
         return e;
     }
     snprintf(ow->fn, sizeof ow->fn, "%s", fn ? fn : "(null)");
-    mpr_future_t *f = mpr_rpc_async_take(to, fn, args, MPR_TIMEOUT_DEFAULT);
+    bool left;
+    mpr_future_t *f = async_take_sent(to, fn, args, MPR_TIMEOUT_DEFAULT, &left);
     if (!f) {
         free(ow);
         return mpr_last_error_code();
     }
-    if (mpr_future_done(f) && (e = mpr_future_error(f)) != MPR_OK) {
-        /* Failed before leaving: the caller hears of it directly. */
+    if (!left) {
+        /* Failed before leaving (a request that did not leave is failed by
+         * the time the call returns): the caller hears of it directly. A
+         * request that left may be answered, even with an error, before the
+         * call returns: that goes to the callback like any later outcome. */
+        MPRI_ASSERT(mpr_future_done(f) && mpr_future_error(f) != MPR_OK,
+                    "a request that did not leave has a failed future");
+        e = mpr_future_error(f);
         mpr_error_set(e, "%s", mpr_future_error_message(f));
         free(ow);
     } else if (mpri_future_on_complete(f, oneway_done, ow) != MPR_OK) {
