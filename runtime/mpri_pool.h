@@ -10,6 +10,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "mpirpc/error.h"
 
@@ -50,5 +51,7 @@ bool mpri_pool_running(void);
 /* True on a pool thread, or on any thread while it runs a pool task (a
  * waiter helping): such code is serving incoming work. */
 bool mpri_on_pool_thread(void);
+/* A few lines on the pool's state (mpr_debug_dump). */
+void mpri_pool_describe(FILE *out);
 
 #endif

@@ -15,6 +15,7 @@
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "mpri_buf.h"
 #include "mpri_codec.h"
@@ -107,6 +108,8 @@ int mpri_transport_progress_sends(int64_t now_ns);
 /* Sends in flight not yet abandoned (busy work), and abandoned ones. */
 long mpri_transport_sends_in_flight(void);
 long mpri_transport_sends_abandoned(void);
+/* A few lines on the sends in flight and the local inbox (mpr_debug_dump). */
+void mpri_transport_describe(FILE *out, int64_t now_ns);
 /* Next message sent to ourselves, or NULL (the poller dispatches it). */
 struct mpri_msg *mpri_transport_take_local(void);
 /* At stop: test the sends once more, park the rest, drop the local inbox. */
@@ -221,6 +224,8 @@ void mpri_pending_fail_all(mpr_err_t code, const char *message);
 /* Complete the pending futures of requests sent to `dst` (it left). */
 void mpri_pending_fail_dst(int dst, mpr_err_t code, const char *message);
 long mpri_pending_count(void);
+/* The requests awaiting replies, at most 32 listed (mpr_debug_dump). */
+void mpri_pending_describe(FILE *out, int64_t now_ns);
 /* Free the entries kept for reuse (at most 1024 are kept after a burst):
  * tests that count live blocks call it before they count. */
 void mpri_pending_cache_trim(void);
@@ -241,6 +246,9 @@ bool mpri_in_progress_context(void);
 /* Incoming messages still assembling or being drained, plus sends in flight
  * not yet abandoned. */
 long mpri_progress_busy(void);
+/* What the progress thread and the polling threads are doing, and the
+ * incoming messages assembling (mpr_debug_dump). */
+void mpri_progress_describe(FILE *out, int64_t now_ns);
 
 /* Text of an MPI error code. */
 const char *mpri_mpi_error_string(int code, char *buf, int len);

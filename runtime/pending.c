@@ -62,6 +62,22 @@ long mpri_pending_count(void) {
     return n;
 }
 
+void mpri_pending_describe(FILE *out, int64_t now) {
+    pthread_mutex_lock(&table.lock);
+    fprintf(out, "  requests awaiting replies: %ld\n", table.count);
+    int listed = 0;
+    for (int b = 0; b < NBUCKETS && listed < 32; b++)
+        for (const entry_t *e = table.buckets[b]; e && listed < 32; e = e->next, listed++)
+            if (e->started_ns)
+                fprintf(out, "  awaiting: request %llu to rank %d, %s, sent %.3f ms ago\n", (unsigned long long)e->id,
+                        e->dst, e->label, (double)(now - e->started_ns) / 1e6);
+            else /* no deadline and no statistics: the time was not taken */
+                fprintf(out, "  awaiting: request %llu to rank %d, %s, no deadline\n", (unsigned long long)e->id,
+                        e->dst, e->label);
+    if (listed < table.count) fprintf(out, "  awaiting: ... (%d listed)\n", listed);
+    pthread_mutex_unlock(&table.lock);
+}
+
 mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,
                            const char *label) {
     return mpri_pending_add_call(id, f, deadline_ns, dst, label, 0);

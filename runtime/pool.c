@@ -31,6 +31,8 @@ static struct {
     size_t cap, head, len;
     atomic_int queued;
     atomic_int running_tasks;
+    atomic_int nested_tasks;  /* running inside another task's wait (helping) */
+    atomic_int deepest;       /* the deepest nesting seen (mpri_pool_describe) */
     int sleeping;
     atomic_bool stopping;
     atomic_bool poller_taken; /* one idle worker at a time polls MPI */
@@ -69,10 +71,25 @@ static bool pop_locked(task_t *out) {
 }
 
 static void run_task(task_t *t) {
-    task_depth++;
+    if (++task_depth > 1) {
+        atomic_fetch_add_explicit(&pool.nested_tasks, 1, memory_order_relaxed);
+        if (task_depth > atomic_load_explicit(&pool.deepest, memory_order_relaxed))
+            atomic_store_explicit(&pool.deepest, task_depth, memory_order_relaxed); /* a hint: races lose a max */
+    }
     t->fn(t->arg);
-    task_depth--;
+    if (task_depth-- > 1) atomic_fetch_sub_explicit(&pool.nested_tasks, 1, memory_order_relaxed);
     atomic_fetch_sub(&pool.running_tasks, 1);
+}
+
+void mpri_pool_describe(FILE *out) {
+    pthread_mutex_lock(&pool.lock);
+    int sleeping = pool.sleeping;
+    pthread_mutex_unlock(&pool.lock);
+    fprintf(out,
+            "  worker pool: %d worker threads; %d tasks queued, %d running (%d of them inside another task's wait), "
+            "%d workers spinning, %d asleep; deepest nesting seen %d\n",
+            pool.nthreads, atomic_load(&pool.queued), atomic_load(&pool.running_tasks),
+            atomic_load(&pool.nested_tasks), atomic_load(&pool.spinning), sleeping, atomic_load(&pool.deepest));
 }
 
 bool mpri_pool_try_run_one(void) {

@@ -83,6 +83,10 @@ static struct {
     atomic_int active_waiters;
     atomic_bool stop;
     atomic_int_fast64_t last_other_poll_ns; /* when a thread other than ours last polled */
+    /* For mpri_progress_describe only (relaxed, approximate): */
+    atomic_int_fast64_t last_poll_ns;       /* when any thread last took poll_lock */
+    atomic_int_fast64_t lock_taken_ns;      /* when the thread now holding poll_lock took it; 0: free */
+    atomic_int thread_phase;                /* what the progress thread is doing (phase_names) */
     pthread_t thread;
     bool thread_started;
     /* The progress thread naps here while other threads poll actively;
@@ -326,6 +330,8 @@ int mpri_progress_poll(void) {
     bool was_in_context = in_progress_context;
     in_progress_context = true;
     int64_t now = mpri_now_ns();
+    atomic_store_explicit(&prog.last_poll_ns, now, memory_order_relaxed);
+    atomic_store_explicit(&prog.lock_taken_ns, now, memory_order_relaxed);
     if (!is_progress_thread) atomic_store_explicit(&prog.last_other_poll_ns, now, memory_order_relaxed);
     int events = 0;
     mpri_msg_t *to_post = NULL; /* matched messages whose data receives are still to post */
@@ -372,6 +378,7 @@ int mpri_progress_poll(void) {
     if (prog.assembling) events += test_assembling();
     if (prog.draining) events += test_draining(now);
     events += mpri_transport_progress_sends(now);
+    atomic_store_explicit(&prog.lock_taken_ns, 0, memory_order_relaxed);
     pthread_mutex_unlock(&prog.poll_lock);
     /* The data receives of the messages matched above, without the lock:
      * meanwhile another thread may poll. */
@@ -479,6 +486,15 @@ static void nap_while_others_poll(void) {
     pthread_mutex_unlock(&prog.nap_lock);
 }
 
+/* What the progress thread is doing, for mpri_progress_describe. */
+enum { PHASE_NOT_RUNNING, PHASE_POLLING, PHASE_NAPPING, PHASE_STEPPING_BACK, PHASE_YIELDING_FOR_SENDS,
+       PHASE_IDLE_SPIN, PHASE_IDLE_YIELD, PHASE_BELL_SLEEP };
+static const char *const phase_names[] = {
+    "not running", "polling", "napping while other threads poll", "stepping back (another thread polled < 50 us ago)",
+    "polling and yielding (sends in flight)", "idle, spinning", "idle, yielding", "idle, asleep on its bell"};
+
+static void set_phase(int phase) { atomic_store_explicit(&prog.thread_phase, phase, memory_order_relaxed); }
+
 static void *progress_main(void *unused) {
     mpri_trace_name_thread("progress");
     in_progress_context = true;
@@ -501,11 +517,14 @@ static void *progress_main(void *unused) {
              * hands off ends the nap at once (without that, calls spaced
              * 500 us apart took over 400 us: nobody polled until it ended). */
             if (other_active) {
+                set_phase(PHASE_NAPPING);
                 nap_while_others_poll();
             } else {
+                set_phase(PHASE_STEPPING_BACK);
                 struct timespec ts = {0, 50000};
                 nanosleep(&ts, NULL);
             }
+            set_phase(PHASE_POLLING);
             /* The others poll for us; poll only if they paused (so nothing
              * depends on them), not beside them for poll_lock. */
             if (mpri_now_ns() - atomic_load_explicit(&prog.last_other_poll_ns, memory_order_relaxed) >
@@ -516,6 +535,7 @@ static void *progress_main(void *unused) {
         }
         /* The thread is in the progress context throughout; poll() keeps it. */
         /* Messages half-received need MPI progress: stay hot. */
+        set_phase(PHASE_POLLING);
         int events = mpri_progress_poll();
         /* A request queued for a pool worker that was asleep (none spins):
          * give the woken worker this core now, or on a busy machine it
@@ -539,15 +559,19 @@ static void *progress_main(void *unused) {
         if (mpri_transport_sends_in_flight() > 0) {
             idle_since = mpri_now_ns();
             sleep_ns = 10000;
+            set_phase(PHASE_YIELDING_FOR_SENDS);
             sched_yield();
             continue;
         }
         int64_t idle = mpri_now_ns() - idle_since;
         if (idle < IDLE_SPIN_NS) {
+            set_phase(PHASE_IDLE_SPIN);
             mpri_cpu_relax();
         } else if (idle < IDLE_YIELD_NS) {
+            set_phase(PHASE_IDLE_YIELD);
             sched_yield();
         } else {
+            set_phase(PHASE_BELL_SLEEP);
             /* Asleep on this rank's bell: a peer on this host that posts a
              * message rings it (doorbell.c); the timeout bounds the wait
              * for the others. */
@@ -559,6 +583,7 @@ static void *progress_main(void *unused) {
             if (sleep_ns < IDLE_SLEEP_MAX_NS) sleep_ns *= 2;
         }
     }
+    set_phase(PHASE_NOT_RUNNING);
     return NULL;
 }
 
@@ -593,6 +618,47 @@ static void abandon_incoming(mpri_msg_t *msg) {
         return;
     }
     mpri_msg_done(msg);
+}
+
+/* Milliseconds from `then` to `now` (a store racing the reader may be a
+ * little after `now`: 0). */
+static double ms_since(int64_t now, int64_t then) { return then && then < now ? (double)(now - then) / 1e6 : 0.0; }
+
+void mpri_progress_describe(FILE *out, int64_t now) {
+    int64_t taken = atomic_load_explicit(&prog.lock_taken_ns, memory_order_relaxed);
+    fprintf(out, "  progress thread: %s; last poll %.3f ms ago (by another thread: %.3f ms ago)\n",
+            phase_names[atomic_load_explicit(&prog.thread_phase, memory_order_relaxed)],
+            ms_since(now, atomic_load_explicit(&prog.last_poll_ns, memory_order_relaxed)),
+            ms_since(now, atomic_load_explicit(&prog.last_other_poll_ns, memory_order_relaxed)));
+    fprintf(out, "  polling: active waiters %d, poll lock %s", atomic_load(&prog.active_waiters),
+            taken ? "held" : "free");
+    if (taken) fprintf(out, " (for %.3f ms)", ms_since(now, taken));
+    fprintf(out, ", messages with tensors %ld (posting receives outside the lock: %d)\n", atomic_load(&prog.busy),
+            atomic_load(&prog.posting));
+    /* The lists are the polling thread's: read them between polls. Polls
+     * are short, and never wait for this lock (trylock); one stuck inside
+     * MPI must not hang the dump, hence the bound. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* pthread_mutex_timedlock's clock */
+    ts.tv_nsec += 200000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    if (pthread_mutex_timedlock(&prog.poll_lock, &ts) != 0) {
+        fprintf(out, "  incoming messages assembling: not listed (a poll held the lock for 200 ms)\n");
+        return;
+    }
+    int n = 0;
+    for (const mpri_msg_t *m = prog.assembling; m; m = m->next, n++)
+        if (n < 16)
+            fprintf(out, "  assembling: from rank %d, kind %u, %u tensors in %d receives\n", m->src,
+                    (unsigned)m->hdr.kind, (unsigned)m->hdr.tensor_count, m->nreqs);
+    if (n > 16) fprintf(out, "  assembling: ... %d in all\n", n);
+    for (const drain_t *d = prog.draining; d; d = d->next)
+        fprintf(out, "  draining a rejected message's data: from rank %d, %u parts left, giving up in %.0f ms\n",
+                d->src, (unsigned)d->left, (double)(d->give_up_ns - now) / 1e6);
+    pthread_mutex_unlock(&prog.poll_lock);
 }
 
 mpr_err_t mpri_progress_start(void) {

@@ -152,6 +152,7 @@ typedef struct inflight {
     int n;
     int dst;
     int64_t give_up_ns; /* 0: never */
+    int64_t posted_ns;  /* when it was handed over (mpri_transport_describe) */
     void *bytes;        /* the encoded message */
     void *packed;       /* small tensors packed for their batches (mpri_host_alloc), or NULL */
     size_t packed_bytes;
@@ -248,6 +249,29 @@ int mpri_transport_progress_sends(int64_t now_ns) {
     return done + abandoned_done;
 }
 
+static void describe_list(FILE *out, const char *what, const inflight_t *s, int64_t now) {
+    int n = 0;
+    for (; s; s = s->next, n++)
+        if (n < 16)
+            fprintf(out, "  %s: to rank %d, %d parts (message and tensor batches), posted %.3f ms ago\n", what,
+                    s->dst, s->n, (double)(now - s->posted_ns) / 1e6);
+    if (n > 16) fprintf(out, "  %s: ... %d in all\n", what, n);
+}
+
+void mpri_transport_describe(FILE *out, int64_t now) {
+    fprintf(out, "  sends in flight: %ld, abandoned past their deadline: %ld\n", atomic_load(&tx.active_count),
+            atomic_load(&tx.abandoned_count));
+    pthread_mutex_lock(&tx.lock); /* a poll testing them holds them out of the table meanwhile */
+    describe_list(out, "send in flight", tx.active, now);
+    describe_list(out, "send abandoned", tx.abandoned, now);
+    pthread_mutex_unlock(&tx.lock);
+    int local = 0;
+    pthread_mutex_lock(&tx.inbox_lock);
+    for (const mpri_msg_t *m = tx.inbox_head; m; m = m->next) local++;
+    pthread_mutex_unlock(&tx.inbox_lock);
+    if (local) fprintf(out, "  messages to self not yet taken: %d\n", local);
+}
+
 void mpri_transport_stop(void) {
     mpri_transport_progress_sends(mpri_now_ns() + 2 * (int64_t)ABANDONED_TEST_NS);
     /* What is still in flight stays parked (MPI may still read the bytes). */
@@ -276,6 +300,7 @@ static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_ou
     s->n = n;
     s->dst = dst;
     s->give_up_ns = give_up_ns;
+    s->posted_ns = mpri_now_ns();
     size_t len;
     s->bytes = mpri_buf_steal(&m->wire, &len);
     s->packed = packed;

@@ -17,10 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpri_args.h"
 #include "mpri_assert.h"
 #include "mpri_doorbell.h"
+#include "mpri_event.h"
 #include "mpri_pool.h"
 #include "mpri_runtime.h"
 #include "mpri_trace.h"
@@ -363,5 +365,33 @@ mpr_err_t mpr_get_debug_info(mpr_debug_info_t *out) {
     out->msgs_sent = atomic_load(&mpri_rt.msgs_sent);
     out->msgs_processed = atomic_load(&mpri_rt.msgs_processed);
     for (int i = 0; i < hooks.n_debug_info; i++) hooks.debug_info[i](out);
+    return MPR_OK;
+}
+
+mpr_err_t mpr_debug_dump(FILE *out) {
+    MPRI_ARG_NONNULL(out);
+    static const char *const states[] = {"not started", "running", "shutting down (graceful)",
+                                         "shutting down (leaving)", "stopped"};
+    int state = mpri_state();
+    mpr_debug_info_t info;
+    mpr_get_debug_info(&info);
+    int64_t now = mpri_now_ns();
+    const char *name = state != MPRI_UNINIT && mpri_rt.workers ? mpri_rt.workers[mpri_rt.rank].name : "?";
+    fprintf(out, "mpirpc state of rank %d (%s, pid %ld): runtime %s\n", info.rank, name, (long)getpid(),
+            state >= 0 && state <= MPRI_STOPPED ? states[state] : "?");
+    fprintf(out, "  messages sent %llu, processed %llu; pending requests %ld, pool busy %ld, progress busy %ld\n",
+            info.msgs_sent, info.msgs_processed, info.pending_requests, info.pool_busy, info.progress_busy);
+    fprintf(out, "  RRefs: owners %ld, users %ld (pending %ld), pending children %ld, unacked control messages %ld\n",
+            info.rref_owners, info.rref_users, info.rref_pending_users, info.rref_pending_children,
+            info.rref_unacked_ctrl_msgs);
+    fprintf(out, "  distributed autograd contexts %ld, graph nodes %ld, tensors alive %ld\n", info.dist_contexts,
+            info.autograd_nodes, info.tensors);
+    if (state != MPRI_UNINIT) {
+        mpri_progress_describe(out, now);
+        mpri_pool_describe(out);
+        mpri_transport_describe(out, now);
+        mpri_pending_describe(out, now);
+    }
+    fflush(out);
     return MPR_OK;
 }

@@ -283,6 +283,35 @@ static void test_remote_error(void) {
     mpr_value_release(notlist);
 }
 
+/* mpr_debug_dump names what the rank waits for: a call to a sleeping peer. */
+static void test_debug_dump(void) {
+    CHECK_ERR(mpr_debug_dump(NULL), MPR_ERR_INVALID_ARG);
+    if (rank != 0) return;
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_double(0.3)), *r = NULL;
+    mpr_future_t *f = mpr_rpc_async(mpr_to_rank(1), "sleep", args, 10);
+    usleep(50 * 1000);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_OK(mpr_debug_dump(out));
+    fclose(out);
+    CHECK_CONTAINS(text, "mpirpc state of rank 0 (worker0, pid ");
+    CHECK_CONTAINS(text, "runtime running");
+    CHECK_CONTAINS(text, "requests awaiting replies: 1\n");
+    CHECK_CONTAINS(text, "awaiting: request ");
+    CHECK_CONTAINS(text, " to rank 1, rpc 'sleep', sent ");
+    CHECK_CONTAINS(text, "progress thread: ");
+    CHECK_CONTAINS(text, "worker pool: ");
+    CHECK_CONTAINS(text, "sends in flight: ");
+    if (getenv("SHOW_DUMP")) fputs(text, stderr);
+    free(text);
+    CHECK_OK(mpr_future_get(f, 10, &r));
+    mpr_value_release(r);
+    mpr_future_release(f);
+    mpr_value_release(args);
+}
+
 static void test_timeout(void) {
     if (rank != 0) return;
     mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_double(0.5)), *r = NULL;
@@ -513,6 +542,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_self_call);
     RUN_TEST(test_remote_error);
     RUN_TEST(test_timeout);
+    RUN_TEST(test_debug_dump);
     RUN_TEST(test_values_roundtrip);
     RUN_TEST(test_large_tensor);
     RUN_TEST(test_message_limits);

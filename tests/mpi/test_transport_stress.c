@@ -5,7 +5,9 @@
  *            peers: small rpc_sync, rpc_async carrying 4 x 256 KiB or
  *            64 x 4 KiB tensors, nested calls. A watchdog thread fails the
  *            job if no call completed on its rank for 5 s while calls were
- *            outstanding (a job-wide stall), and every result is checked.
+ *            outstanding (a job-wide stall), and every result is checked;
+ *            after 2 s and 4 s of a stall every rank writes its runtime's
+ *            state (mpr_debug_dump) to stderr, for the log of a failure.
  *   timeouts (np 2) rank 0's threads call a function that sleeps 0-6 ms
  *            with random timeouts of 0.1-5 ms, some carrying 1 MiB; every
  *            call must return with the right result or MPR_ERR_TIMEOUT, within
@@ -22,6 +24,7 @@
  * without a completed call). Run longer by hand, e.g.
  *   mpiexec -n 4 ./test_transport_stress storm 60 */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -29,6 +32,9 @@
 
 #define THREADS 4
 #define STALL_LIMIT_S 5.0
+#define STALL_DUMP_S 2.0 /* every rank dumps its state after this long a stall, and twice that
+                          * (STRESS_DUMP_AFTER_S overrides it, to look at shorter stalls by hand) */
+static double dump_after_s = STALL_DUMP_S;
 #define DEADLINE_SLACK_MS 50.0
 /* A loaded machine (2 shared cores, other jobs) can deschedule any thread
  * for a while: a scheduler-noise thread measures the longest oversleep of a
@@ -114,20 +120,52 @@ static mpr_value_t *tensor_list(int n, int64_t bytes, int seed, int64_t *first_s
 
 /* ---- storm ---- */
 
+/* A stalled rank has every rank write mpr_debug_dump to stderr (at 2 s and
+ * at 4 s), so that a failure in CI shows what each rank waited for: it
+ * signals the others (their pids gathered at the start), whose watchdogs
+ * dump. */
+static pid_t *rank_pids;
+static volatile sig_atomic_t dump_requested;
+
+static void on_dump_signal(int sig) {
+    (void)sig;
+    dump_requested = 1;
+}
+
+static void dump_state(const char *why) {
+    fprintf(stderr, "[rank %d] %s; the runtime's state:\n", rank, why);
+    mpr_debug_dump(stderr);
+}
+
 static void *watchdog(void *unused) {
     long last = atomic_load(&calls_done);
     double since = now_s();
+    int dumps = 0; /* dumps asked for in this stall */
     while (!atomic_load(&stop_watchdog)) {
         usleep(100000);
+        if (dump_requested) {
+            dump_requested = 0;
+            dump_state("a stalled rank asked for a dump");
+        }
         long c = atomic_load(&calls_done);
         double t = now_s();
         if (c != last || atomic_load(&calls_outstanding) == 0) {
             last = c;
             since = t;
+            dumps = 0;
             continue;
         }
         double stalled = t - since;
         if (stalled > atomic_load(&longest_stall_s)) atomic_store(&longest_stall_s, stalled);
+        if (dumps < 2 && stalled > dump_after_s * (dumps + 1)) {
+            char why[128];
+            snprintf(why, sizeof why, "no call completed for %.1f s with %ld outstanding", stalled,
+                     atomic_load(&calls_outstanding));
+            dump_state(why);
+            for (int r = 0; r < size; r++)
+                if (r != rank && rank_pids[r] > 0) kill(rank_pids[r], SIGUSR2);
+            dumps++;
+        }
         if (stalled > STALL_LIMIT_S) {
             fprintf(stderr, "[rank %d] stall: no call completed for %.1f s with %ld outstanding\n", rank, stalled,
                     atomic_load(&calls_outstanding));
@@ -172,6 +210,16 @@ static void *storm_thread(void *p) {
 
 static void run_storm(void) {
     pthread_t wd, th[THREADS];
+    const char *dump_env = getenv("STRESS_DUMP_AFTER_S");
+    if (dump_env && atof(dump_env) > 0) dump_after_s = atof(dump_env);
+    struct sigaction sa = {.sa_handler = on_dump_signal}; /* before any peer can know our pid */
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    CHECK(sigaction(SIGUSR2, &sa, NULL) == 0);
+    rank_pids = calloc((size_t)size, sizeof *rank_pids);
+    CHECK(rank_pids != NULL);
+    pid_t me = getpid();
+    CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, rank_pids, sizeof me, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
     CHECK(pthread_create(&wd, NULL, watchdog, NULL) == 0);
     double t0 = now_s();
     for (intptr_t i = 0; i < THREADS; i++) CHECK(pthread_create(&th[i], NULL, storm_thread, (void *)i) == 0);
@@ -185,6 +233,8 @@ static void run_storm(void) {
     MPI_Reduce(&calls, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(&longest, &lmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&stall, &smax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    free(rank_pids);
+    rank_pids = NULL;
     if (rank == 0)
         printf("{\"shape\":\"storm\",\"ranks\":%d,\"seconds\":%.1f,\"calls\":%ld,\"calls_per_s\":%.0f,"
                "\"longest_call_s\":%.3f,\"longest_stall_s\":%.1f}\n",

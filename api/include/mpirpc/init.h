@@ -24,6 +24,7 @@
 
 #include <mpi.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "mpirpc/error.h"
 #include "mpirpc/value.h"
@@ -150,6 +151,16 @@ typedef struct mpr_debug_info {
 
 /* Snapshot of this rank's runtime counters (works after shutdown too). */
 mpr_err_t mpr_get_debug_info(mpr_debug_info_t *out);
+
+/* Write what this rank's runtime is doing and waiting for to `out`, as
+ * lines of text for a person diagnosing a hang or a slow job: the counters
+ * above; the requests awaiting replies (peer, function, age); the sends in
+ * flight (peer, age); the incoming messages whose tensors are arriving; the
+ * progress thread's state and when MPI was last polled; the worker pool.
+ * Callable from any thread at any time (not from a signal handler: it
+ * takes locks); the lists are snapshots taken one after another, not one
+ * atomic picture. `out` is borrowed and flushed. */
+mpr_err_t mpr_debug_dump(FILE *out);
 
 #ifdef __cplusplus
 }
