@@ -1,28 +1,32 @@
 /* event.c — the process-wide wake-up event and the monotonic clock.
  *
- * Invariant: a sleeper increments `sleepers` and re-checks the generation
- * under the mutex before waiting, and a signaller bumps the generation before
- * it looks at `sleepers`, so a signal is never lost between a sleeper's check
- * and its wait. */
+ * The event is a futex word (a 32-bit generation counter) with no mutex and
+ * no condition variable: signalling is an atomic increment plus, only when
+ * someone sleeps, one FUTEX_WAKE system call, so it never blocks. It is
+ * signalled from the progress context (a future completing inside a poll
+ * that holds the poll lock), where waiting is forbidden; the previous
+ * mutex + pthread_cond_broadcast could wait there behind a descheduled
+ * sleeper (the lock, or glibc's condvar quiescing its waiters): under ASan
+ * on 2 loaded cores a progress thread sat in a futex wait holding the poll
+ * lock for over 0.6 s, and its rank stopped (issue #10).
+ *
+ * Invariant (no lost wake-up, Dekker, all seq_cst): a sleeper increments
+ * `sleepers` before it reads the generation, and a signaller increments the
+ * generation before it reads `sleepers`; so either the sleeper sees the new
+ * generation and does not sleep, or the signaller sees it and wakes it (and
+ * FUTEX_WAIT itself returns at once if the word moved after the read).
+ * Generations are compared for equality only: the wrap at 2^32 is harmless. */
 #include "mpri_event.h"
 
-#include <pthread.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
-static atomic_uint_fast64_t generation;
+static _Atomic uint32_t generation;
 static atomic_int sleepers;
-static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t event_cond;
-static pthread_once_t event_once = PTHREAD_ONCE_INIT;
-
-static void event_init(void) {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&event_cond, &attr);
-    pthread_condattr_destroy(&attr);
-}
 
 int64_t mpri_now_ns(void) {
     struct timespec ts;
@@ -34,20 +38,15 @@ uint64_t mpri_event_generation(void) { return atomic_load(&generation); }
 
 void mpri_event_signal(void) {
     atomic_fetch_add(&generation, 1);
-    if (atomic_load(&sleepers) > 0) {
-        pthread_mutex_lock(&event_lock);
-        pthread_cond_broadcast(&event_cond);
-        pthread_mutex_unlock(&event_lock);
-    }
+    if (atomic_load(&sleepers) > 0)
+        syscall(SYS_futex, (uint32_t *)&generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 void mpri_event_wait(uint64_t seen, int64_t timeout_ns) {
-    pthread_once(&event_once, event_init);
-    int64_t deadline = mpri_now_ns() + timeout_ns;
-    struct timespec ts = {.tv_sec = deadline / 1000000000LL, .tv_nsec = deadline % 1000000000LL};
-    pthread_mutex_lock(&event_lock);
+    if (timeout_ns <= 0) return;
+    struct timespec rel = {.tv_sec = timeout_ns / 1000000000LL, .tv_nsec = timeout_ns % 1000000000LL};
     atomic_fetch_add(&sleepers, 1);
-    if (atomic_load(&generation) == seen) pthread_cond_timedwait(&event_cond, &event_lock, &ts);
+    if (atomic_load(&generation) == (uint32_t)seen) /* a relative timeout; EINTR/EAGAIN: the caller re-checks */
+        syscall(SYS_futex, (uint32_t *)&generation, FUTEX_WAIT_PRIVATE, (uint32_t)seen, &rel, NULL, 0);
     atomic_fetch_sub(&sleepers, 1);
-    pthread_mutex_unlock(&event_lock);
 }

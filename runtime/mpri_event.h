@@ -3,7 +3,8 @@
  * Threads that have nothing to do sleep on it; anything that may unblock them
  * (a future completing, a task queued, a waiter giving up the progress role,
  * shutdown) signals it. Signalling is an atomic increment and costs a
- * broadcast only when someone sleeps. Sleepers always pass a timeout, so a
+ * wake-up system call only when someone sleeps; it never blocks (it is
+ * called in the progress context). Sleepers always pass a timeout, so a
  * missed signal costs latency, never a hang. */
 #ifndef MPRI_EVENT_H
 #define MPRI_EVENT_H

@@ -13,6 +13,7 @@
 #define MPRI_RUNTIME_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -108,6 +109,11 @@ int mpri_transport_progress_sends(int64_t now_ns);
 /* Sends in flight not yet abandoned (busy work), and abandoned ones. */
 long mpri_transport_sends_in_flight(void);
 long mpri_transport_sends_abandoned(void);
+/* For the describe functions (mpr_debug_dump): lock `m` within 200 ms, or
+ * write "<what>: not listed: the lock is held (by thread <tid>)" to `out`
+ * and return false. A dump must not hang on the lock of a stuck thread,
+ * and naming the holder tells which thread it is (debug.c). */
+bool mpri_describe_lock(FILE *out, pthread_mutex_t *m, const char *what);
 /* A few lines on the sends in flight and the local inbox (mpr_debug_dump). */
 void mpri_transport_describe(FILE *out, int64_t now_ns);
 /* Next message sent to ourselves, or NULL (the poller dispatches it). */

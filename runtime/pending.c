@@ -63,7 +63,7 @@ long mpri_pending_count(void) {
 }
 
 void mpri_pending_describe(FILE *out, int64_t now) {
-    pthread_mutex_lock(&table.lock);
+    if (!mpri_describe_lock(out, &table.lock, "requests awaiting replies")) return;
     fprintf(out, "  requests awaiting replies: %ld\n", table.count);
     int listed = 0;
     for (int b = 0; b < NBUCKETS && listed < 32; b++)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "mpri_event.h"
+#include "mpri_runtime.h"
 #include "mpri_trace.h"
 
 typedef struct {
@@ -82,14 +83,17 @@ static void run_task(task_t *t) {
 }
 
 void mpri_pool_describe(FILE *out) {
-    pthread_mutex_lock(&pool.lock);
-    int sleeping = pool.sleeping;
-    pthread_mutex_unlock(&pool.lock);
+    int sleeping = -1; /* -1: unknown (the lock is stuck) */
+    if (mpri_describe_lock(out, &pool.lock, "worker pool's sleepers")) {
+        sleeping = pool.sleeping;
+        pthread_mutex_unlock(&pool.lock);
+    }
     fprintf(out,
             "  worker pool: %d worker threads; %d tasks queued, %d running (%d of them inside another task's wait), "
-            "%d workers spinning, %d asleep; deepest nesting seen %d\n",
+            "%d workers spinning, %s%d asleep; deepest nesting seen %d\n",
             pool.nthreads, atomic_load(&pool.queued), atomic_load(&pool.running_tasks),
-            atomic_load(&pool.nested_tasks), atomic_load(&pool.spinning), sleeping, atomic_load(&pool.deepest));
+            atomic_load(&pool.nested_tasks), atomic_load(&pool.spinning), sleeping < 0 ? "? (lock held) " : "",
+            sleeping < 0 ? 0 : sleeping, atomic_load(&pool.deepest));
 }
 
 bool mpri_pool_try_run_one(void) {

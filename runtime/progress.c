@@ -636,19 +636,9 @@ void mpri_progress_describe(FILE *out, int64_t now) {
     fprintf(out, ", messages with tensors %ld (posting receives outside the lock: %d)\n", atomic_load(&prog.busy),
             atomic_load(&prog.posting));
     /* The lists are the polling thread's: read them between polls. Polls
-     * are short, and never wait for this lock (trylock); one stuck inside
-     * MPI must not hang the dump, hence the bound. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* pthread_mutex_timedlock's clock */
-    ts.tv_nsec += 200000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    if (pthread_mutex_timedlock(&prog.poll_lock, &ts) != 0) {
-        fprintf(out, "  incoming messages assembling: not listed (a poll held the lock for 200 ms)\n");
-        return;
-    }
+     * are short and never wait for this lock (trylock); one stuck inside
+     * MPI must not hang the dump. */
+    if (!mpri_describe_lock(out, &prog.poll_lock, "incoming messages assembling")) return;
     int n = 0;
     for (const mpri_msg_t *m = prog.assembling; m; m = m->next, n++)
         if (n < 16)

@@ -261,15 +261,18 @@ static void describe_list(FILE *out, const char *what, const inflight_t *s, int6
 void mpri_transport_describe(FILE *out, int64_t now) {
     fprintf(out, "  sends in flight: %ld, abandoned past their deadline: %ld\n", atomic_load(&tx.active_count),
             atomic_load(&tx.abandoned_count));
-    pthread_mutex_lock(&tx.lock); /* a poll testing them holds them out of the table meanwhile */
-    describe_list(out, "send in flight", tx.active, now);
-    describe_list(out, "send abandoned", tx.abandoned, now);
-    pthread_mutex_unlock(&tx.lock);
-    int local = 0;
-    pthread_mutex_lock(&tx.inbox_lock);
-    for (const mpri_msg_t *m = tx.inbox_head; m; m = m->next) local++;
-    pthread_mutex_unlock(&tx.inbox_lock);
-    if (local) fprintf(out, "  messages to self not yet taken: %d\n", local);
+    if (mpri_describe_lock(out, &tx.lock, "sends in flight")) {
+        /* A poll testing them holds them out of the table meanwhile. */
+        describe_list(out, "send in flight", tx.active, now);
+        describe_list(out, "send abandoned", tx.abandoned, now);
+        pthread_mutex_unlock(&tx.lock);
+    }
+    if (mpri_describe_lock(out, &tx.inbox_lock, "messages to self")) {
+        int local = 0;
+        for (const mpri_msg_t *m = tx.inbox_head; m; m = m->next) local++;
+        pthread_mutex_unlock(&tx.inbox_lock);
+        if (local) fprintf(out, "  messages to self not yet taken: %d\n", local);
+    }
 }
 
 void mpri_transport_stop(void) {

@@ -23,6 +23,7 @@
  * Each prints one JSON line (calls, calls/s, longest call, longest time
  * without a completed call). Run longer by hand, e.g.
  *   mpiexec -n 4 ./test_transport_stress storm 60 */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -132,9 +133,54 @@ static void on_dump_signal(int sig) {
     dump_requested = 1;
 }
 
+/* The first line of a /proc file, into buf (empty if unreadable). */
+static void read_line(const char *path, char *buf, size_t len) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)len, f)) buf[0] = 0;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+}
+
+/* Where each thread of this process is, as the kernel sees it: a thread
+ * blocked in a system call shows its wait channel and syscall number (and
+ * its kernel stack when readable, as root). Nothing here stops the threads. */
+static void dump_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[320], comm[64], wchan[128], sys[256], stat[512];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        read_line(path, comm, sizeof comm);
+        snprintf(path, sizeof path, "/proc/self/task/%s/wchan", e->d_name);
+        read_line(path, wchan, sizeof wchan);
+        snprintf(path, sizeof path, "/proc/self/task/%s/syscall", e->d_name);
+        read_line(path, sys, sizeof sys);
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        read_line(path, stat, sizeof stat);
+        const char *state = strrchr(stat, ')');
+        fprintf(stderr, "  [rank %d] thread %s (%s): state %c, wchan %s, syscall %.12s\n", rank, e->d_name, comm,
+                state && state[1] ? state[2] : '?', wchan[0] ? wchan : "-", sys);
+        if (strstr(wchan, "futex") || strstr(wchan, "hrtimer") || strstr(wchan, "poll") || !wchan[0] ||
+            !strcmp(wchan, "0"))
+            continue; /* an ordinary wait, or running */
+        snprintf(path, sizeof path, "/proc/self/task/%s/stack", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char line[256];
+        for (int i = 0; i < 12 && fgets(line, sizeof line, f); i++) fprintf(stderr, "      %s", line);
+        fclose(f);
+    }
+    closedir(d);
+}
+
 static void dump_state(const char *why) {
     fprintf(stderr, "[rank %d] %s; the runtime's state:\n", rank, why);
     mpr_debug_dump(stderr);
+    dump_threads();
 }
 
 static void *watchdog(void *unused) {
