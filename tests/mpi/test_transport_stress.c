@@ -143,6 +143,26 @@ static void read_line(const char *path, char *buf, size_t len) {
     buf[strcspn(buf, "\n")] = 0;
 }
 
+/* The file mapped at `addr` in this process (from /proc/self/maps), e.g.
+ * the library whose lock a thread waits on; "" if none or anonymous. */
+static void mapping_of(unsigned long addr, char *name, size_t len) {
+    name[0] = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, pgoff;
+        int off = 0;
+        if (sscanf(line, "%lx-%lx %*s %lx %*s %*s %n", &lo, &hi, &pgoff, &off) < 3 || addr < lo || addr >= hi)
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        /* A file's offset: its symbol is found offline (nm, or gdb's info symbol). */
+        snprintf(name, len, "%s +0x%lx", off > 0 && line[off] ? line + off : "(anonymous)", addr - lo + pgoff);
+        break;
+    }
+    fclose(f);
+}
+
 /* Where each thread of this process is, as the kernel sees it: a thread
  * blocked in a system call shows its wait channel and syscall number (and
  * its kernel stack when readable, as root). Nothing here stops the threads. */
@@ -162,8 +182,15 @@ static void dump_threads(void) {
         snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
         read_line(path, stat, sizeof stat);
         const char *state = strrchr(stat, ')');
-        fprintf(stderr, "  [rank %d] thread %s (%s): state %c, wchan %s, syscall %.12s\n", rank, e->d_name, comm,
-                state && state[1] ? state[2] : '?', wchan[0] ? wchan : "-", sys);
+        char where[256] = "";
+        unsigned long nr = 0, arg0 = 0;
+        if (sscanf(sys, "%lu %lx", &nr, &arg0) == 2 && nr == 202) { /* futex: whose word is it? */
+            char lib[200];
+            mapping_of(arg0, lib, sizeof lib);
+            snprintf(where, sizeof where, " on a futex at 0x%lx in %s", arg0, lib[0] ? lib : "?");
+        }
+        fprintf(stderr, "  [rank %d] thread %s (%s): state %c, wchan %s, syscall %.12s%s\n", rank, e->d_name, comm,
+                state && state[1] ? state[2] : '?', wchan[0] ? wchan : "-", sys, where);
         if (strstr(wchan, "futex") || strstr(wchan, "hrtimer") || strstr(wchan, "poll") || !wchan[0] ||
             !strcmp(wchan, "0"))
             continue; /* an ordinary wait, or running */
