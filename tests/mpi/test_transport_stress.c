@@ -205,9 +205,11 @@ static void dump_threads(void) {
 }
 
 static void dump_state(const char *why) {
-    fprintf(stderr, "[rank %d] %s; the runtime's state:\n", rank, why);
-    mpr_debug_dump(stderr);
+    fprintf(stderr, "[rank %d] %s; its threads, then the runtime's state:\n", rank, why);
+    /* The threads first: the runtime's dump may wait up to 200 ms for each
+     * lock a stuck thread holds, and by then the thread may have moved on. */
     dump_threads();
+    mpr_debug_dump(stderr);
 }
 
 static void *watchdog(void *unused) {
