@@ -48,8 +48,8 @@ steps=300 min=0.72
 [ "$sanitize" = 1 ] && steps=120 min=0.62
 # Hogwild (2 trainers updating one PS without synchronising) reaches a
 # different accuracy on every run, as the updates interleave: 0.69-0.785
-# after 300 steps in 42 runs on the 2-core VM (6 below 0.72, with this
-# session's library and the previous one alike). Batch mode is
+# after 300 steps in 42 runs on the 2-core VM (5 below 0.72, with this
+# session's library and the previous one alike; CI saw 0.6911). Batch mode is
 # deterministic (0.7235 every run) and keeps the tighter bar.
 hogwild_min=$min
 [ "$sanitize" = 1 ] || hogwild_min=0.65
