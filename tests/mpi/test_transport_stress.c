@@ -163,38 +163,53 @@ static void mapping_of(unsigned long addr, char *name, size_t len) {
     fclose(f);
 }
 
-/* Where each thread of this process is, as the kernel sees it: a thread
- * blocked in a system call shows its wait channel and syscall number (and
- * its kernel stack when readable, as root). Nothing here stops the threads. */
-static void dump_threads(void) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) return;
+/* Where each thread of process `proc` ("self" or a pid) is, as the kernel
+ * sees it: a thread blocked in a system call shows its wait channel and
+ * syscall number, and its kernel stack (readable as root) when it waits
+ * elsewhere than a futex, sleep or poll — or, with `running_stacks`, when it
+ * is runnable (preempted inside the kernel, it shows where). A thread of
+ * this process reading a peer's memory (process_vm_readv, Open MPI's
+ * single copy) has the peer's threads listed too, with running_stacks: the
+ * peer's thread holding up the read (its mmap_lock) is among them. Nothing
+ * here stops the threads. Returns the pid a thread of `proc` reads, or 0. */
+static long list_threads(const char *proc, bool running_stacks) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%s/task", proc);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    long read_pid = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
-        char path[320], comm[64], wchan[128], sys[256], stat[512];
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        char path[400], comm[64], wchan[128], sys[256], stat[512];
+        snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
         read_line(path, comm, sizeof comm);
-        snprintf(path, sizeof path, "/proc/self/task/%s/wchan", e->d_name);
+        snprintf(path, sizeof path, "%s/%s/wchan", dir, e->d_name);
         read_line(path, wchan, sizeof wchan);
-        snprintf(path, sizeof path, "/proc/self/task/%s/syscall", e->d_name);
+        snprintf(path, sizeof path, "%s/%s/syscall", dir, e->d_name);
         read_line(path, sys, sizeof sys);
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
         read_line(path, stat, sizeof stat);
-        const char *state = strrchr(stat, ')');
+        const char *st = strrchr(stat, ')');
+        char state = st && st[1] ? st[2] : '?';
         char where[256] = "";
         unsigned long nr = 0, arg0 = 0;
-        if (sscanf(sys, "%lu %lx", &nr, &arg0) == 2 && nr == 202) { /* futex: whose word is it? */
+        if (sscanf(sys, "%lu %lx", &nr, &arg0) == 2 && nr == 202 && !strcmp(proc, "self")) { /* whose futex? */
             char lib[200];
             mapping_of(arg0, lib, sizeof lib);
             snprintf(where, sizeof where, " on a futex at 0x%lx in %s", arg0, lib[0] ? lib : "?");
         }
-        fprintf(stderr, "  [rank %d] thread %s (%s): state %c, wchan %s, syscall %.12s%s\n", rank, e->d_name, comm,
-                state && state[1] ? state[2] : '?', wchan[0] ? wchan : "-", sys, where);
-        if (strstr(wchan, "futex") || strstr(wchan, "hrtimer") || strstr(wchan, "poll") || !wchan[0] ||
-            !strcmp(wchan, "0"))
-            continue; /* an ordinary wait, or running */
-        snprintf(path, sizeof path, "/proc/self/task/%s/stack", e->d_name);
+        if (nr == 310 && arg0 > 0) { /* process_vm_readv(pid, ...) */
+            read_pid = (long)arg0;
+            snprintf(where, sizeof where, " reading the memory of pid %lu", arg0);
+        }
+        fprintf(stderr, "  [rank %d%s%s] thread %s (%s): state %c, wchan %s, syscall %.12s%s\n", rank,
+                strcmp(proc, "self") ? ", peer pid " : "", strcmp(proc, "self") ? proc : "", e->d_name, comm, state,
+                wchan[0] ? wchan : "-", sys, where);
+        bool ordinary = strstr(wchan, "futex") || strstr(wchan, "hrtimer") || strstr(wchan, "poll") || !wchan[0] ||
+                        !strcmp(wchan, "0");
+        if (ordinary && !(running_stacks && state == 'R')) continue;
+        snprintf(path, sizeof path, "%s/%s/stack", dir, e->d_name);
         FILE *f = fopen(path, "r");
         if (!f) continue;
         char line[256];
@@ -202,6 +217,16 @@ static void dump_threads(void) {
         fclose(f);
     }
     closedir(d);
+    return read_pid;
+}
+
+static void dump_threads(void) {
+    long peer = list_threads("self", false);
+    if (peer > 0) {
+        char pid[32];
+        snprintf(pid, sizeof pid, "%ld", peer);
+        list_threads(pid, true);
+    }
 }
 
 static void dump_state(const char *why) {
