@@ -63,19 +63,35 @@ long mpri_pending_count(void) {
 }
 
 void mpri_pending_describe(FILE *out, int64_t now) {
+    /* Copied under the lock, printed after: a slow `out` must not hold up
+     * every call's reply behind the table's lock. */
+    enum { MAX_LISTED = 32 };
+    struct {
+        uint64_t id;
+        int dst;
+        int64_t started_ns;
+        char label[64];
+    } copy[MAX_LISTED];
     if (!mpri_describe_lock(out, &table.lock, "requests awaiting replies")) return;
-    fprintf(out, "  requests awaiting replies: %ld\n", table.count);
+    long count = table.count;
     int listed = 0;
-    for (int b = 0; b < NBUCKETS && listed < 32; b++)
-        for (const entry_t *e = table.buckets[b]; e && listed < 32; e = e->next, listed++)
-            if (e->started_ns)
-                fprintf(out, "  awaiting: request %llu to rank %d, %s, sent %.3f ms ago\n", (unsigned long long)e->id,
-                        e->dst, e->label, (double)(now - e->started_ns) / 1e6);
-            else /* no deadline and no statistics: the time was not taken */
-                fprintf(out, "  awaiting: request %llu to rank %d, %s, no deadline\n", (unsigned long long)e->id,
-                        e->dst, e->label);
-    if (listed < table.count) fprintf(out, "  awaiting: ... (%d listed)\n", listed);
+    for (int b = 0; b < NBUCKETS && listed < MAX_LISTED; b++)
+        for (const entry_t *e = table.buckets[b]; e && listed < MAX_LISTED; e = e->next, listed++) {
+            copy[listed].id = e->id;
+            copy[listed].dst = e->dst;
+            copy[listed].started_ns = e->started_ns;
+            memcpy(copy[listed].label, e->label, sizeof copy[listed].label);
+        }
     pthread_mutex_unlock(&table.lock);
+    fprintf(out, "  requests awaiting replies: %ld\n", count);
+    for (int i = 0; i < listed; i++)
+        if (copy[i].started_ns)
+            fprintf(out, "  awaiting: request %llu to rank %d, %s, sent %.3f ms ago\n", (unsigned long long)copy[i].id,
+                    copy[i].dst, copy[i].label, (double)(now - copy[i].started_ns) / 1e6);
+        else /* no deadline and no statistics: the time was not taken */
+            fprintf(out, "  awaiting: request %llu to rank %d, %s, no deadline\n", (unsigned long long)copy[i].id,
+                    copy[i].dst, copy[i].label);
+    if (listed < count) fprintf(out, "  awaiting: ... (%d listed)\n", listed);
 }
 
 mpr_err_t mpri_pending_add(uint64_t id, mpr_future_t *f, int64_t deadline_ns, int dst,

@@ -637,18 +637,37 @@ void mpri_progress_describe(FILE *out, int64_t now) {
             atomic_load(&prog.posting));
     /* The lists are the polling thread's: read them between polls. Polls
      * are short and never wait for this lock (trylock); one stuck inside
-     * MPI must not hang the dump. */
+     * MPI must not hang the dump. Copied under the lock and printed after,
+     * so that a slow `out` does not stop the polling. */
+    enum { MAX_LISTED = 16 };
+    struct {
+        int src;
+        unsigned kind, tensors, left;
+        int nreqs;
+        int64_t give_up_ns;
+    } assembling[MAX_LISTED], draining[MAX_LISTED];
+    int n_asm = 0, n_drain = 0, total_asm = 0;
     if (!mpri_describe_lock(out, &prog.poll_lock, "incoming messages assembling")) return;
-    int n = 0;
-    for (const mpri_msg_t *m = prog.assembling; m; m = m->next, n++)
-        if (n < 16)
-            fprintf(out, "  assembling: from rank %d, kind %u, %u tensors in %d receives\n", m->src,
-                    (unsigned)m->hdr.kind, (unsigned)m->hdr.tensor_count, m->nreqs);
-    if (n > 16) fprintf(out, "  assembling: ... %d in all\n", n);
-    for (const drain_t *d = prog.draining; d; d = d->next)
-        fprintf(out, "  draining a rejected message's data: from rank %d, %u parts left, giving up in %.0f ms\n",
-                d->src, (unsigned)d->left, (double)(d->give_up_ns - now) / 1e6);
+    for (const mpri_msg_t *m = prog.assembling; m; m = m->next, total_asm++)
+        if (n_asm < MAX_LISTED) {
+            assembling[n_asm].src = m->src;
+            assembling[n_asm].kind = m->hdr.kind;
+            assembling[n_asm].tensors = m->hdr.tensor_count;
+            assembling[n_asm++].nreqs = m->nreqs;
+        }
+    for (const drain_t *d = prog.draining; d && n_drain < MAX_LISTED; d = d->next, n_drain++) {
+        draining[n_drain].src = d->src;
+        draining[n_drain].left = d->left;
+        draining[n_drain].give_up_ns = d->give_up_ns;
+    }
     pthread_mutex_unlock(&prog.poll_lock);
+    for (int i = 0; i < n_asm; i++)
+        fprintf(out, "  assembling: from rank %d, kind %u, %u tensors in %d receives\n", assembling[i].src,
+                assembling[i].kind, assembling[i].tensors, assembling[i].nreqs);
+    if (total_asm > n_asm) fprintf(out, "  assembling: ... %d in all\n", total_asm);
+    for (int i = 0; i < n_drain; i++)
+        fprintf(out, "  draining a rejected message's data: from rank %d, %u parts left, giving up in %.0f ms\n",
+                draining[i].src, draining[i].left, (double)(draining[i].give_up_ns - now) / 1e6);
 }
 
 mpr_err_t mpri_progress_start(void) {

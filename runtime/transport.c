@@ -249,24 +249,40 @@ int mpri_transport_progress_sends(int64_t now_ns) {
     return done + abandoned_done;
 }
 
-static void describe_list(FILE *out, const char *what, const inflight_t *s, int64_t now) {
+/* Up to 16 sends of a list, copied under tx.lock (printed after it). */
+typedef struct {
+    int dst, n;
+    int64_t posted_ns;
+} send_seen_t;
+
+static int copy_list(const inflight_t *s, send_seen_t *copy, int *total) {
     int n = 0;
-    for (; s; s = s->next, n++)
-        if (n < 16)
-            fprintf(out, "  %s: to rank %d, %d parts (message and tensor batches), posted %.3f ms ago\n", what,
-                    s->dst, s->n, (double)(now - s->posted_ns) / 1e6);
-    if (n > 16) fprintf(out, "  %s: ... %d in all\n", what, n);
+    for (; s; s = s->next, (*total)++)
+        if (n < 16) copy[n++] = (send_seen_t){s->dst, s->n, s->posted_ns};
+    return n;
+}
+
+static void describe_list(FILE *out, const char *what, const send_seen_t *copy, int n, int total, int64_t now) {
+    for (int i = 0; i < n; i++)
+        fprintf(out, "  %s: to rank %d, %d parts (message and tensor batches), posted %.3f ms ago\n", what,
+                copy[i].dst, copy[i].n, (double)(now - copy[i].posted_ns) / 1e6);
+    if (total > n) fprintf(out, "  %s: ... %d in all\n", what, total);
 }
 
 void mpri_transport_describe(FILE *out, int64_t now) {
     fprintf(out, "  sends in flight: %ld, abandoned past their deadline: %ld\n", atomic_load(&tx.active_count),
             atomic_load(&tx.abandoned_count));
+    /* Copied under the locks, printed after: a slow `out` must not hold up
+     * the sends. A poll testing them holds them out of the table meanwhile. */
+    send_seen_t active[16], abandoned[16];
+    int n_active = 0, n_abandoned = 0, total_active = 0, total_abandoned = 0;
     if (mpri_describe_lock(out, &tx.lock, "sends in flight")) {
-        /* A poll testing them holds them out of the table meanwhile. */
-        describe_list(out, "send in flight", tx.active, now);
-        describe_list(out, "send abandoned", tx.abandoned, now);
+        n_active = copy_list(tx.active, active, &total_active);
+        n_abandoned = copy_list(tx.abandoned, abandoned, &total_abandoned);
         pthread_mutex_unlock(&tx.lock);
     }
+    describe_list(out, "send in flight", active, n_active, total_active, now);
+    describe_list(out, "send abandoned", abandoned, n_abandoned, total_abandoned, now);
     if (mpri_describe_lock(out, &tx.inbox_lock, "messages to self")) {
         int local = 0;
         for (const mpri_msg_t *m = tx.inbox_head; m; m = m->next) local++;
