@@ -10,8 +10,11 @@
  * completions, on the worker pool for runtime completions (the progress
  * thread and pollers never run user code). Waiting spins briefly while
  * helping the runtime progress (the waiter polls MPI itself, so on a 2-core
- * machine no second thread has to spin for it), then sleeps on the global
- * event with short timeouts. This file reaches the pool and the progress
+ * machine no second thread has to spin for it), then sleeps with short
+ * timeouts: on the future's own keyed event (mpri_event.h: a completion
+ * wakes only the waiters of its shard), or on the process-wide event when
+ * something else may end the wait (a `ready` condition, a pool task for a
+ * pool thread). A completion signals both. This file reaches the pool and the progress
  * code only through the hooks the runtime installs (mpri_wait_hooks_t). */
 #include "mpri_future.h"
 
@@ -162,7 +165,8 @@ static mpr_err_t complete(mpr_future_t *f, mpr_err_t code, const char *message, 
     atomic_store_explicit(&f->state, FUTURE_DONE, memory_order_release);
     check_future(f);
     pthread_mutex_unlock(&f->lock);
-    mpri_event_signal();
+    mpri_event_signal_key(f); /* its own waiters (wait_many) */
+    mpri_event_signal();      /* waits that also watch a condition, or run pool tasks */
 
     /* Callbacks were pushed in LIFO order; run them in registration order. */
     callback_t *ordered = NULL;
@@ -369,6 +373,7 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
     bool active = false;
     size_t first_pending = 0;
     int64_t sleep_ns = 20000;
+    bool keyed = !ready && !(wait_hooks && wait_hooks->on_pool_thread());
     mpr_err_t result = MPR_OK;
     for (;;) {
         while (first_pending < n && mpr_future_done(fs[first_pending])) first_pending++;
@@ -409,11 +414,18 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
             wait_hooks->leave(true);
             active = false;
         }
-        uint64_t gen = mpri_event_generation();
+        /* Asleep on the future's own key unless something else may end the
+         * wait: a `ready` condition, or (on a pool thread) a queued task;
+         * those are signalled on the process-wide event. */
+        const void *key = keyed ? (const void *)fs[first_pending] : NULL;
+        uint64_t gen = key ? mpri_event_generation_key(key) : mpri_event_generation();
         if (mpr_future_done(fs[first_pending]) || (ready && ready(ready_arg))) continue;
         int64_t t = sleep_ns;
         if (deadline && deadline - now < t) t = deadline - now;
-        mpri_event_wait(gen, t);
+        if (key)
+            mpri_event_wait_key(key, gen, t);
+        else
+            mpri_event_wait(gen, t);
         if (sleep_ns < WAIT_SLEEP_MAX_NS) sleep_ns *= 2;
     }
     if (active) wait_hooks->leave(false);

@@ -16,6 +16,19 @@ void mpri_event_signal(void);
 /* Sleep until the generation differs from `seen` or `timeout_ns` passed. */
 void mpri_event_wait(uint64_t seen, int64_t timeout_ns);
 
+/* Keyed events: one of 64 shards chosen by `key` (a future's address), for
+ * a waiter that needs only that key's signal. A completion wakes the few
+ * threads waiting on its shard, not every sleeper of the process: with the
+ * process-wide event each completion woke all of them (the storm test's
+ * waiters slept and woke ~7 times per call), and on a 2-core VM such
+ * sleep/wake storms starved kernel threads for seconds (issue #10).
+ * Same rules as above: never blocks to signal; sleepers pass a timeout. */
+uint64_t mpri_event_generation_key(const void *key);
+void mpri_event_signal_key(const void *key);
+void mpri_event_wait_key(const void *key, uint64_t seen, int64_t timeout_ns);
+/* Wake every keyed sleeper (the runtime stops: they must look again). */
+void mpri_event_signal_all_keys(void);
+
 /* Monotonic clock in nanoseconds. */
 int64_t mpri_now_ns(void);
 /* A pause for spin loops. */

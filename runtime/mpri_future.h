@@ -58,6 +58,7 @@ typedef struct mpri_wait_hooks {
      * if it cannot (the pool is not running): the caller runs it inline. */
     bool (*defer)(void (*fn)(void *), void (*drop)(void *), void *arg);
     bool (*pool_work_waiting)(void); /* on a pool thread, with tasks queued */
+    bool (*on_pool_thread)(void);    /* a pool worker (it also wakes for queued tasks) */
     bool (*run_pool_task)(void);     /* run one queued task; true if it did */
 } mpri_wait_hooks_t;
 void mpri_future_set_wait_hooks(const mpri_wait_hooks_t *hooks);

@@ -432,6 +432,7 @@ static const mpri_wait_hooks_t wait_hooks = {
     .stopped = runtime_stopped,
     .defer = defer_to_pool,
     .pool_work_waiting = pool_work_waiting,
+    .on_pool_thread = mpri_on_pool_thread,
     .run_pool_task = mpri_pool_try_run_one,
 };
 

@@ -396,6 +396,7 @@ static void stop_local(int from, bool free_comms) {
      * handlers still send while the pool drains find nothing and are dropped. */
     mpri_pending_fail_all(MPR_ERR_SHUTDOWN, "the runtime shut down before the reply arrived");
     mpri_event_signal();
+    mpri_event_signal_all_keys(); /* waiters on other futures look at the state again */
     mpri_progress_stop();
     mpri_pool_stop();
     mpri_run_after_stop_hooks();

@@ -1,18 +1,23 @@
 /* test_rt_future.c — future semantics without MPI: set_result/set_error,
  * double completion, then-chains (value and error propagation, callbacks on
  * an already completed future, a parent released pending), wait with timeout, wait_all; error enum
- * names; worker name validation. */
+ * names; worker name validation; keyed wake-up events (a sleeper on a key wakes on that key's
+ * signal and on signal_all_keys, and a signal between reading the generation and sleeping is
+ * not lost). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "mpirpc/mpirpc.h"
+#include "mpri_event.h"
 
 static mpr_err_t times_two(mpr_future_t *parent, void *user, mpr_value_t **result) {
     mpr_value_t *v;
@@ -143,6 +148,69 @@ static void test_wait_timeout_and_wait_all(void **state) {
     mpr_future_release(done);
 }
 
+/* Keyed events: a sleeper with a 5 s timeout wakes on its key's signal (or
+ * on signal_all_keys) long before the timeout; a signal sent after the
+ * generation was read makes the wait return at once. */
+static const int key_a = 0;
+static atomic_int signalled;
+static void *signal_key_later(void *all) {
+    usleep(50000);
+    atomic_store(&signalled, 1);
+    if (all)
+        mpri_event_signal_all_keys();
+    else
+        mpri_event_signal_key(&key_a);
+    return NULL;
+}
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_keyed_events(void **state) {
+    for (int all = 0; all < 2; all++) {
+        atomic_store(&signalled, 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, signal_key_later, all ? (void *)1 : NULL), 0);
+        double t0 = seconds_now();
+        while (!atomic_load(&signalled) && seconds_now() - t0 < 5) {
+            uint64_t gen = mpri_event_generation_key(&key_a);
+            if (atomic_load(&signalled)) break;
+            mpri_event_wait_key(&key_a, gen, 5000000000LL);
+        }
+        double waited = seconds_now() - t0;
+        assert_true(atomic_load(&signalled));
+        assert_true(waited < 2.0); /* woken by the signal, not by the 5 s timeout */
+        pthread_join(th, NULL);
+    }
+    /* A signal after reading the generation: the wait returns at once. */
+    uint64_t gen = mpri_event_generation_key(&key_a);
+    mpri_event_signal_key(&key_a);
+    double t0 = seconds_now();
+    mpri_event_wait_key(&key_a, gen, 5000000000LL);
+    assert_true(seconds_now() - t0 < 1.0);
+}
+
+/* A future completed by another thread (complete_later, 50 ms) wakes its
+ * waiter, keyed on the future, with the value. */
+static void test_wait_woken_by_completion(void **state) {
+    mpr_future_t *f = mpr_future_create();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, complete_later, f), 0);
+    double t0 = seconds_now();
+    mpr_value_t *v = NULL;
+    assert_int_equal(mpr_future_get(f, 5.0, &v), MPR_OK);
+    assert_true(seconds_now() - t0 < 2.0);
+    const char *text = NULL;
+    assert_int_equal(mpr_value_get_string(v, &text), MPR_OK);
+    assert_string_equal(text, "late");
+    mpr_value_release(v);
+    pthread_join(th, NULL);
+    mpr_future_release(f);
+}
+
 static void test_error_names(void **state) {
     assert_string_equal(mpr_error_name(MPR_ERR_TIMEOUT), "MPR_ERR_TIMEOUT");
     assert_string_equal(mpr_strerror(MPR_ERR_TIMEOUT), "timed out");
@@ -189,6 +257,7 @@ int main(void) {
         cmocka_unit_test(test_then_chain),          cmocka_unit_test(test_wait_timeout_and_wait_all),
         cmocka_unit_test(test_error_names),         cmocka_unit_test(test_worker_names),
         cmocka_unit_test(test_api_before_init),     cmocka_unit_test(test_then_on_abandoned_parent),
+        cmocka_unit_test(test_keyed_events),        cmocka_unit_test(test_wait_woken_by_completion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
