@@ -372,8 +372,11 @@ static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, 
     int64_t deadline = timeout_s > 0 ? start + (int64_t)(timeout_s * 1e9) : 0;
     bool active = false;
     size_t first_pending = 0;
-    int64_t sleep_ns = 20000;
     bool keyed = !ready && !(wait_hooks && wait_hooks->on_pool_thread());
+    /* A keyed sleeper is woken by its future's completion (and by the stop),
+     * so its timeout only bounds a missed signal: it sleeps the longest step
+     * at once. On the process-wide event, steps start short and double. */
+    int64_t sleep_ns = keyed ? WAIT_SLEEP_MAX_NS : 20000;
     mpr_err_t result = MPR_OK;
     for (;;) {
         while (first_pending < n && mpr_future_done(fs[first_pending])) first_pending++;
