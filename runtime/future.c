@@ -10,12 +10,12 @@
  * completions, on the worker pool for runtime completions (the progress
  * thread and pollers never run user code). Waiting spins briefly while
  * helping the runtime progress (the waiter polls MPI itself, so on a 2-core
- * machine no second thread has to spin for it), then sleeps with short
- * timeouts: on the future's own keyed event (mpri_event.h: a completion
- * wakes only the waiters of its shard), or on the process-wide event when
- * something else may end the wait (a `ready` condition, a pool task for a
- * pool thread). A completion signals both. This file reaches the pool and the progress
- * code only through the hooks the runtime installs (mpri_wait_hooks_t). */
+ * machine no second thread has to spin for it), then sleeps with timeouts:
+ * on the future's own keyed event (mpri_event.h: a completion wakes only the
+ * waiters of its shard), or on the process-wide event when something else
+ * may end the wait (a `ready` condition, a pool task for a pool thread). A
+ * completion signals both. This file reaches the pool and the progress code
+ * only through the hooks the runtime installs (mpri_wait_hooks_t). */
 #include "mpri_future.h"
 
 #include <pthread.h>
