@@ -294,7 +294,9 @@ static int tasks_in(const char *proc, const char *needle, bool print) {
  * (and peers' single-copy reads of its memory with them). True when a
  * thread of one of the job's ranks waits in vma_prepare while a task of
  * the machine is inside a reverse-map walk; needs root (kernel stacks),
- * false otherwise. */
+ * false otherwise. The pids are the job's as gathered at the start: run
+ * across hosts, a peer's pid may name an unrelated local process, which
+ * would then have to wait in vma_prepare during the stall to excuse it. */
 static bool kernel_mm_stall_seen(void) {
     bool rank_waits = false;
     for (int r = 0; r < size && !rank_waits && rank_pids; r++) {
@@ -342,6 +344,7 @@ static void *watchdog(void *unused) {
             since = t;
             dumps = 0;
             kernel_stall = false;
+            excused_until = 0;
             continue;
         }
         double stalled = t - since;
