@@ -89,10 +89,18 @@ typedef enum { APP_PARSE_OK = 0, APP_PARSE_HELP = 1, APP_PARSE_ERROR = 2 } app_p
  * (nothing printed). Can be called several times (it resets getopt). */
 app_parse_result_t app_parse_options(int argc, char **argv, const char *summary, app_option_t *opts,
                                      app_common_t *common, FILE *out, FILE *err);
-/* The same, for main(): prints only on launch rank 0 (app_launch_rank) and
- * exits 0 after --help, 2 after an error. */
+/* The same, for main(): first app_blas_choose_kernels(argv), then parses;
+ * prints only on launch rank 0 (app_launch_rank) and exits 0 after --help,
+ * 2 after an error. Call it before MPI is initialized. */
 void app_parse_options_or_exit(int argc, char **argv, const char *summary, app_option_t *opts,
                                app_common_t *common);
+/* When OpenBLAS runs its generic kernels on a CPU it did not recognise
+ * (mpr_blas_better_kernels(), mpirpc/tensor_ops.h), execute this program
+ * again with OPENBLAS_CORETYPE set to the CPU's set (same argv, environment
+ * and pid); returns at once otherwise, after MPI_Init, or if the exec fails.
+ * In the new process, launch rank 0 prints one line saying so. `argv` is
+ * main's, unpermuted (before getopt). Used by app_parse_options_or_exit. */
+void app_blas_choose_kernels(char **argv);
 /* This process's rank as the launcher tells it (Open MPI, PMIx, PMI, Slurm
  * environment variables), 0 when not started by one: usable before MPI is
  * initialized, e.g. to print only once. */

@@ -230,6 +230,7 @@ app_parse_result_t app_parse_options(int argc, char **argv, const char *summary,
 
 void app_parse_options_or_exit(int argc, char **argv, const char *summary, app_option_t *opts,
                                app_common_t *common) {
+    app_blas_choose_kernels(argv); /* may execute the program again, before getopt permutes argv */
     bool talk = app_launch_rank() == 0;
     app_parse_result_t r = app_parse_options(argc, argv, summary, opts, common, talk ? stdout : NULL,
                                              talk ? stderr : NULL);

@@ -91,8 +91,15 @@ void mpri_k_max_dim_backward(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t i
 void mpri_k_gemm(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                  double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
                  void *C, int64_t ldc);
-/* Apply the thread setting once (MPIRPC_BLAS_THREADS env, default 1). */
+/* Apply the thread setting once (MPIRPC_BLAS_THREADS env, default 1), and
+ * print the kernel-set advice once if mpr_blas_better_kernels() has one. */
 void mpri_blas_init(void);
+/* The kernel set to ask OpenBLAS for: "" when OPENBLAS_CORETYPE is set
+ * (non-empty) or `corename` is not OpenBLAS's generic fallback "Prescott";
+ * otherwise "SkylakeX" on a CPU with AVX-512 (F, BW, DQ, VL), "Haswell" on
+ * one with AVX2 and FMA, "" on older ones. Pure: mpr_blas_better_kernels
+ * passes this process's values. */
+const char *mpri_blas_pick_kernels(const char *corename, const char *coretype_env, bool avx512, bool avx2_fma);
 
 /* ---- device backends ----
  * Ops never call the CPU kernels (above and in mpri_nn_kernels.h) directly

@@ -19,6 +19,9 @@
  *       Its first step is checked against mpirpc's.
  *
  * Usage: bench_tensor [--quick] [sgemm|mlp]   (BLAS threads: MPIRPC_BLAS_THREADS, default 1)
+ *        bench_tensor --better-kernels   prints mpr_blas_better_kernels() (an empty line when
+ *        OpenBLAS recognised the CPU): the set the apps re-execute themselves with, which the
+ *        *_vs_torch.sh scripts give PyTorch too (tests/bench/same_blas_kernels.sh)
  * tests/bench/mlp_vs_torch.sh alternates the MLP step with PyTorch's. */
 #include <cblas.h>
 #include <math.h>
@@ -269,8 +272,11 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--quick") == 0) quick = true;
         else if (strcmp(argv[i], "sgemm") == 0) mlp = false;
         else if (strcmp(argv[i], "mlp") == 0) sgemm = false;
-        else {
-            fprintf(stderr, "usage: bench_tensor [--quick] [sgemm|mlp]\n");
+        else if (strcmp(argv[i], "--better-kernels") == 0 && argc == 2) {
+            printf("%s\n", mpr_blas_better_kernels());
+            return 0;
+        } else {
+            fprintf(stderr, "usage: bench_tensor [--quick] [sgemm|mlp] | --better-kernels\n");
             return 2;
         }
     }

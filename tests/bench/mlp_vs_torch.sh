@@ -10,18 +10,20 @@
 #
 # Both programs run the same OpenBLAS, so both get the same kernel set: the
 # one OpenBLAS picks for the CPU, or OPENBLAS_CORETYPE when it is set in the
-# environment. --default-kernels unsets OPENBLAS_CORETYPE for both.
+# environment, or, when OpenBLAS did not recognise the CPU, the set the apps
+# would re-execute themselves with (same_blas_kernels.sh). --default-kernels
+# unsets OPENBLAS_CORETYPE for both and keeps OpenBLAS's own pick.
 #
 # Usage: tests/bench/mlp_vs_torch.sh [--pairs N] [--default-kernels] [--build DIR] [--torch-script PATH]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-pairs=5
+pairs=5 default_kernels=0
 build=build
 torch_script=../shared/anchors/torch_mlp_step.py
 while [ $# -gt 0 ]; do
     case "$1" in
         --pairs) pairs="$2"; shift 2 ;;
-        --default-kernels) unset OPENBLAS_CORETYPE; shift ;;
+        --default-kernels) unset OPENBLAS_CORETYPE; default_kernels=1; shift ;;
         --build) build="$2"; shift 2 ;;
         --torch-script) torch_script="$2"; shift 2 ;;
         *) echo "usage: $0 [--pairs N] [--default-kernels] [--build DIR] [--torch-script PATH]" >&2; exit 2 ;;
@@ -31,6 +33,7 @@ bench="$build/tests/bench/bench_tensor"
 [ -x "$bench" ] || { echo "mlp_vs_torch: $bench not built" >&2; exit 1; }
 [ -f "$torch_script" ] || { echo "mlp_vs_torch: $torch_script not found (--torch-script)" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "mlp_vs_torch: needs python3-torch" >&2; exit 1; }
+[ $default_kernels = 1 ] || { . tests/bench/same_blas_kernels.sh && same_blas_kernels "$build"; }
 
 json_field() { # json_field NAME LINE: a numeric field of a JSON or Python-dict line
     sed -E "s/.*[\"']$1[\"']: *([0-9.]+).*/\1/" <<<"$2"

@@ -63,6 +63,7 @@ torch_script=$anchors/torch_pipeline.py
 [ -x "$app" ] || { echo "pipeline_vs_torch: $app not built (BUILD_DIR)" >&2; exit 1; }
 [ -f "$torch_script" ] || { echo "pipeline_vs_torch: $torch_script not found (ANCHORS_DIR)" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "pipeline_vs_torch: needs python3-torch" >&2; exit 1; }
+. tests/bench/same_blas_kernels.sh && same_blas_kernels "$build" # the app's OpenBLAS kernels for PyTorch too
 cores=$(/usr/bin/python3 -c '
 import os, math
 n = len(os.sched_getaffinity(0))

@@ -35,6 +35,7 @@ for app in param_server batch_ps; do
 done
 [ -f "$torch_script" ] || { echo "ps_vs_torch: $torch_script not found (ANCHORS_DIR)" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "ps_vs_torch: needs python3-torch" >&2; exit 1; }
+. tests/bench/same_blas_kernels.sh && same_blas_kernels "$build" # the apps' OpenBLAS kernels for PyTorch too
 cores=$(nproc)
 
 field() { # field NAME LINE: a numeric field of a JSON or Python-dict line

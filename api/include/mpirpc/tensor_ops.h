@@ -241,6 +241,17 @@ mpr_tensor_t *mpr_linear(mpr_tensor_t *x, mpr_tensor_t *w, mpr_tensor_t *b);
  * or the MPIRPC_BLAS_THREADS environment variable at first BLAS use. */
 void mpr_blas_set_num_threads(int n);
 int mpr_blas_num_threads(void);
+/* The kernel set OpenBLAS runs (its core name, e.g. "SkylakeX", "Haswell";
+ * "" if it gives none). Static string. */
+const char *mpr_blas_kernels(void);
+/* The kernel set to start the program with (OPENBLAS_CORETYPE=<it>) when
+ * OpenBLAS did not recognise this CPU and fell back to its generic
+ * "Prescott" kernels although the CPU has AVX2 or AVX-512: "SkylakeX" or
+ * "Haswell"; "" otherwise, or when OPENBLAS_CORETYPE is already set. The
+ * set can only be chosen before OpenBLAS loads (at program start); the
+ * first matrix product of such a process prints this advice once per host.
+ * Static string. */
+const char *mpr_blas_better_kernels(void);
 
 /* ------------------------------------------------------ in-place updates
  * t [*] (any strides, a view writes through to its base); other/src [*]

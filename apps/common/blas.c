@@ -1,0 +1,50 @@
+/* blas.c — the apps start on OpenBLAS kernels that fit the CPU
+ * (app_blas_choose_kernels, app.h).
+ *
+ * OpenBLAS picks its kernel set once, when it loads, from the CPU's model
+ * number or OPENBLAS_CORETYPE; a CPU newer than the OpenBLAS build gets its
+ * generic "Prescott" kernels, 5x slower at sgemm on the Intel Xeon (model
+ * 207) this was measured on with Debian 12's OpenBLAS 0.3.21 (30 against 155
+ * GFLOPS, one thread, n = 512). An app owns its process, so before MPI
+ * starts it executes itself again (/proc/self/exe, same argv and
+ * environment, same pid: the launcher sees the same process) with
+ * OPENBLAS_CORETYPE set to mpr_blas_better_kernels()'s set.
+ *
+ * Invariants: at most one re-execution (the new process has
+ * OPENBLAS_CORETYPE set, so mpr_blas_better_kernels() is "" there); never
+ * after MPI_Init (a process in an MPI job must not exec); a failed exec
+ * leaves the process running as it was (the library then prints its advice
+ * at the first matrix product). The re-executed process's launch rank 0
+ * says which set it chose, once. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "mpirpc/tensor_ops.h"
+
+#define REEXEC_MARK "MPIRPC_APP_BLAS_REEXEC" /* set for the re-executed process: the set it asked for */
+
+void app_blas_choose_kernels(char **argv) {
+    const char *mark = getenv(REEXEC_MARK);
+    if (mark) { /* the re-executed process */
+        if (app_launch_rank() == 0)
+            fprintf(stderr, "%s: OpenBLAS did not know this CPU (its generic kernels were several times slower); "
+                            "running with OPENBLAS_CORETYPE=%s (OpenBLAS kernels now: %s)\n",
+                    argv && argv[0] ? argv[0] : "app", mark, mpr_blas_kernels());
+        unsetenv(REEXEC_MARK);
+        return;
+    }
+    const char *better = mpr_blas_better_kernels();
+    int mpi_started = 0;
+    MPI_Initialized(&mpi_started);
+    if (!*better || mpi_started || !argv || !argv[0]) return;
+    if (setenv("OPENBLAS_CORETYPE", better, 1) != 0 || setenv(REEXEC_MARK, better, 1) != 0) return;
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    /* exec failed: go on with the kernels we have */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(REEXEC_MARK);
+}
