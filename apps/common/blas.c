@@ -6,8 +6,9 @@
  * generic "Prescott" kernels, 5x slower at sgemm on the Intel Xeon (model
  * 207) this was measured on with Debian 12's OpenBLAS 0.3.21 (30 against 155
  * GFLOPS, one thread, n = 512). An app owns its process, so before MPI
- * starts it executes itself again (/proc/self/exe, same argv and
- * environment, same pid: the launcher sees the same process) with
+ * starts it executes itself again (its binary, found through
+ * /proc/self/exe; same argv and environment, same pid and process name: the
+ * launcher sees the same process) with
  * OPENBLAS_CORETYPE set to mpr_blas_better_kernels()'s set.
  *
  * Invariants: at most one re-execution (the new process has
@@ -42,8 +43,17 @@ void app_blas_choose_kernels(char **argv) {
     MPI_Initialized(&mpi_started);
     if (!*better || mpi_started || !argv || !argv[0]) return;
     if (setenv("OPENBLAS_CORETYPE", better, 1) != 0 || setenv(REEXEC_MARK, better, 1) != 0) return;
+    /* The binary's own path, not /proc/self/exe: the process's name (ps,
+     * top, pkill, /proc/PID/comm) comes from the path executed. */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0 && (size_t)n < sizeof self - 1) {
+        self[n] = '\0';
+    } else {
+        snprintf(self, sizeof self, "/proc/self/exe");
+    }
     fflush(NULL);
-    execv("/proc/self/exe", argv);
+    execv(self, argv);
     /* exec failed: go on with the kernels we have */
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv(REEXEC_MARK);

@@ -4,8 +4,9 @@
  * Checks, exiting 1 with a message on the first failure:
  * - after the call the process runs on kernels nobody could improve
  *   (mpr_blas_better_kernels() is "");
- * - a re-executed process runs the set it asked for, has the same pid and
- *   the same arguments (spaces kept), and its launch rank 0 said so once;
+ * - a re-executed process runs the set it asked for, has the same pid, name
+ *   (/proc/self/comm) and arguments (spaces kept), and its launch rank 0
+ *   said so once;
  * - with --mpi, MPI then starts and every rank took part (an exec before
  *   MPI_Init is invisible to the launcher).
  * Prints one JSON line: {"reexecuted":…,"kernels":…,"pid_kept":…}. Where
@@ -46,6 +47,13 @@ int main(int argc, char **argv) {
         if (!first_pid || strcmp(first_pid, pid_text) != 0) return fail("the re-executed process has another pid");
         if (strcmp(mpr_blas_kernels(), asked_copy) != 0) return fail("the re-executed process runs another set");
         if (getenv("MPIRPC_APP_BLAS_REEXEC")) return fail("the re-execution mark was left in the environment");
+        char comm[64] = "";
+        FILE *f = fopen("/proc/self/comm", "r");
+        if (f) {
+            if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
+            fclose(f);
+        }
+        if (strncmp(comm, "blas_reexec_che", 15) != 0) return fail("the re-executed process has another name");
     }
     int size = 1, total = 0;
     if (mpi) {
