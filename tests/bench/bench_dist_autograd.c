@@ -20,7 +20,11 @@
  * copy of the model (every rank builds it from the same seed):
  *   {"name":"ps_mlp_step","batch":64,"median_us":...,"samples_per_s":...,
  *    "local_median_us":...,"ratio_vs_local":...}
- * PyTorch 1.13: ~17.2k samples/s with 1 trainer (torch_ps_fmnist.py). */
+ * PyTorch 1.13: ~17.2k samples/s with 1 trainer (torch_ps_fmnist.py).
+ * The step lines end with "blas_core": OpenBLAS's kernel set (the compute
+ * part of the ratios depends on it; a program, unlike the apps, keeps the
+ * set OpenBLAS picked: OPENBLAS_CORETYPE=<mpr_blas_better_kernels()> gives
+ * it the CPU's where OpenBLAS fell back to its generic ones). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,8 +284,8 @@ int main(int argc, char **argv) {
             }
             double dm = median(ds, iters), lm = median(ls, iters);
             printf("{\"name\":\"ps_mlp_step\",\"batch\":%d,\"median_us\":%.1f,\"samples_per_s\":%.0f,"
-                   "\"local_median_us\":%.1f,\"ratio_vs_local\":%.3f}\n",
-                   batch, dm, batch / dm * 1e6, lm, dm / lm);
+                   "\"local_median_us\":%.1f,\"ratio_vs_local\":%.3f,\"blas_core\":\"%s\"}\n",
+                   batch, dm, batch / dm * 1e6, lm, dm / lm, mpr_blas_kernels());
             free(ds);
             free(ls);
             mpr_value_release(xargs);
@@ -295,9 +299,9 @@ int main(int argc, char **argv) {
         for (int s = 0; s < 2; s++)
             printf("{\"name\":\"dist_autograd_step\",\"n\":%d,\"median_us\":%.1f,\"local_median_us\":%.1f,"
                    "\"ratio_vs_local\":%.3f,\"noop_round_trips\":%.2f,\"forward_median_us\":%.1f,"
-                   "\"backward_median_us\":%.1f}\n",
+                   "\"backward_median_us\":%.1f,\"blas_core\":\"%s\"}\n",
                    sizes[s], step_med[s], local_med[s], step_med[s] / local_med[s], step_med[s] / noop_med,
-                   fwd_med[s], bwd_med[s]);
+                   fwd_med[s], bwd_med[s], mpr_blas_kernels());
         fflush(stdout);
     }
     quiet_barrier();
