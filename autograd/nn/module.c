@@ -10,12 +10,23 @@
  * unique and dot-free; the flat parameter list is
  * rebuilt on demand after any structural change (flat_valid is cleared up the
  * parent chain), and its order is own parameters first (registration order),
- * then each child's list prefixed by "<child name>.". */
+ * then each child's list prefixed by "<child name>.".
+ *
+ * Threads: building and changing a module (constructors, registering
+ * parameters and children, destroy) is one thread's work. A built module's
+ * parameter accessors may be called from several threads at once (a
+ * parameter server's handlers serving several trainers do): the first one
+ * builds the flat list under flat_lock and publishes it with flat_valid
+ * (release); readers that see flat_valid (acquire) read the finished list
+ * without the lock. Without that, two first calls at once freed each other's
+ * list (param_server crashed in strcmp on a NULL name). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpri_args.h"
+#include "mpri_assert.h"
 #include "mpri_autograd.h"
 #include "nn/mpri_nn.h"
 
@@ -287,8 +298,11 @@ static mpr_err_t fill_flat(const mpr_module_t *m, const char *prefix, mpri_named
     return MPR_OK;
 }
 
-static mpr_err_t ensure_flat(mpr_module_t *m) {
-    if (m->flat_valid) return MPR_OK;
+static pthread_mutex_t flat_lock = PTHREAD_MUTEX_INITIALIZER; /* builds of flat lists (rare) */
+
+/* Builds m's flat list (under flat_lock) unless it is valid. */
+static mpr_err_t build_flat_locked(mpr_module_t *m) {
+    if (atomic_load_explicit(&m->flat_valid, memory_order_relaxed)) return MPR_OK; /* built meanwhile */
     free_flat(m);
     int n = count_params(m), k = 0;
     m->flat = calloc(n ? (size_t)n : 1, sizeof *m->flat);
@@ -299,8 +313,17 @@ static mpr_err_t ensure_flat(mpr_module_t *m) {
         free_flat(m);
         return mpr_error_set(MPR_ERR_NOMEM, "module parameters: out of memory");
     }
-    m->flat_valid = true;
+    MPRI_ASSERT(k == n, "a module's flat list holds every parameter of it and its descendants");
+    atomic_store_explicit(&m->flat_valid, true, memory_order_release); /* publishes flat and n_flat */
     return MPR_OK;
+}
+
+static mpr_err_t ensure_flat(mpr_module_t *m) {
+    if (atomic_load_explicit(&m->flat_valid, memory_order_acquire)) return MPR_OK;
+    pthread_mutex_lock(&flat_lock);
+    mpr_err_t e = build_flat_locked(m);
+    pthread_mutex_unlock(&flat_lock);
+    return e;
 }
 
 int mpr_module_num_parameters(mpr_module_t *m) {

@@ -11,6 +11,8 @@
 #ifndef MPRI_NN_H
 #define MPRI_NN_H
 
+#include <stdatomic.h>
+
 #include "mpirpc/nn.h"
 #include "mpri_tensor.h"
 
@@ -38,8 +40,10 @@ struct mpr_module {
     mpri_named_tensor_t *params;
     int n_children, cap_children;
     mpri_named_module_t *children;
-    /* flat named_parameters() cache: names owned, tensors borrowed */
-    bool flat_valid;
+    /* flat named_parameters() cache: names owned, tensors borrowed; built
+     * once under module.c's flat_lock, read by any thread after flat_valid
+     * (release/acquire) */
+    atomic_bool flat_valid;
     int n_flat;
     mpri_named_tensor_t *flat;
     /* layer settings: the member named after the module's kind */

@@ -11,6 +11,7 @@
  * first half); the LSTM's inter-layer dropout in train/eval (none for one
  * layer, as PyTorch); train/eval reaching modules nested in Sequentials and
  * custom modules. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -547,6 +548,65 @@ static void test_train_eval_nested(void **state) {
     mpr_generator_destroy(g);
 }
 
+/* A built module's parameter accessors from several threads at once, on a
+ * module whose flat list was never built (the first calls race to build it):
+ * every thread gets the right tensors. Two first calls used to free each
+ * other's list (param_server's handlers crashed in strcmp on a NULL name). */
+#define RACE_THREADS 8
+typedef struct {
+    mpr_module_t *m;
+    pthread_barrier_t *start;
+    mpr_tensor_t *got[3];
+    int count;
+} race_arg_t;
+
+static void *race_reader(void *p) {
+    race_arg_t *a = p;
+    pthread_barrier_wait(a->start);
+    a->got[0] = mpr_module_get_parameter(a->m, "3.1.weight");
+    a->count = mpr_module_num_parameters(a->m);
+    a->got[1] = mpr_module_parameter(a->m, 1, NULL);
+    a->got[2] = mpr_module_get_parameter(a->m, "0.weight");
+    return NULL;
+}
+
+static void test_parameters_from_threads(void **state) {
+    (void)state;
+    mpr_generator_t *g = mpr_generator_create(3);
+    for (int round = 0; round < 300; round++) {
+        mpr_module_t *seq = mpr_sequential_create(), *inner = mpr_sequential_create();
+        assert_int_equal(mpr_sequential_append(seq, mpr_linear_create(4, 3, true, MPR_F32, g)), MPR_OK);
+        assert_int_equal(mpr_sequential_append(seq, mpr_relu_create()), MPR_OK);
+        assert_int_equal(mpr_sequential_append(seq, mpr_linear_create(3, 2, false, MPR_F32, g)), MPR_OK);
+        assert_int_equal(mpr_sequential_append(inner, mpr_tanh_create()), MPR_OK);
+        assert_int_equal(mpr_sequential_append(inner, mpr_linear_create(2, 5, true, MPR_F32, g)), MPR_OK);
+        assert_int_equal(mpr_sequential_append(seq, inner), MPR_OK);
+        /* The expected tensors, read from the children (not through seq's list). */
+        mpr_module_t *l0 = mpr_sequential_child(seq, 0), *l31 = mpr_sequential_child(inner, 1);
+        mpr_tensor_t *want_w31 = mpr_module_get_parameter(l31, "weight");
+        mpr_tensor_t *want_b0 = mpr_module_get_parameter(l0, "bias");
+        mpr_tensor_t *want_w0 = mpr_module_get_parameter(l0, "weight");
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, RACE_THREADS);
+        pthread_t th[RACE_THREADS];
+        race_arg_t args[RACE_THREADS];
+        for (int i = 0; i < RACE_THREADS; i++) {
+            args[i] = (race_arg_t){.m = seq, .start = &start};
+            assert_int_equal(pthread_create(&th[i], NULL, race_reader, &args[i]), 0);
+        }
+        for (int i = 0; i < RACE_THREADS; i++) pthread_join(th[i], NULL);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < RACE_THREADS; i++) {
+            assert_ptr_equal(args[i].got[0], want_w31);
+            assert_int_equal(args[i].count, 5);
+            assert_ptr_equal(args[i].got[1], want_b0);
+            assert_ptr_equal(args[i].got[2], want_w0);
+        }
+        mpr_module_destroy(seq);
+    }
+    mpr_generator_destroy(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequential_names), cmocka_unit_test(test_init),
@@ -557,6 +617,7 @@ int main(void) {
         cmocka_unit_test(test_lstm_state_chaining),
         cmocka_unit_test(test_lstm_dropout_train_eval),
         cmocka_unit_test(test_train_eval_nested),
+        cmocka_unit_test(test_parameters_from_threads),
     };
     return tu_run_group_no_leaks(tests);
 }

@@ -22,7 +22,14 @@
  * container, which then owns it). mpr_module_forward() returns a tensor owned
  * like any op result (the innermost scope, else the caller). Parameter
  * accessors return BORROWED pointers valid while the module lives.
- * mpr_module_destroy(NULL) is a no-op. Modules are not thread-safe. */
+ * mpr_module_destroy(NULL) is a no-op.
+ *
+ * Threads: building or changing a module (constructors, registering
+ * parameters or children, destroy) is one thread's work, with no other
+ * thread using the module meanwhile. A built module's parameter accessors
+ * (mpr_module_num_parameters, _parameter, _get_parameter, _parameter_numel)
+ * may be called from several threads at once, e.g. by RPC handlers serving
+ * several trainers. */
 #ifndef MPIRPC_NN_H
 #define MPIRPC_NN_H
 
