@@ -99,7 +99,9 @@ void app_parse_options_or_exit(int argc, char **argv, const char *summary, app_o
  * again with OPENBLAS_CORETYPE set to the CPU's set (same argv, environment
  * and pid); returns at once otherwise, after MPI_Init, or if the exec fails.
  * In the new process, launch rank 0 prints one line saying so. `argv` is
- * main's, unpermuted (before getopt). Used by app_parse_options_or_exit. */
+ * main's, unpermuted (before getopt). Used by app_parse_options_or_exit.
+ * MPIRPC_APP_BLAS_REEXEC_OFF=1 in the environment turns it off (e.g. under
+ * valgrind, which does not follow an exec by default). */
 void app_blas_choose_kernels(char **argv);
 /* This process's rank as the launcher tells it (Open MPI, PMIx, PMI, Slurm
  * environment variables), 0 when not started by one: usable before MPI is

@@ -11,6 +11,10 @@
  * launcher sees the same process) with
  * OPENBLAS_CORETYPE set to mpr_blas_better_kernels()'s set.
  *
+ * MPIRPC_APP_BLAS_REEXEC_OFF=1 turns the re-execution off: a tool that
+ * follows the process only until exec (valgrind without
+ * --trace-children=yes) would lose it; the library then prints its advice.
+ *
  * Invariants: at most one re-execution (the new process has
  * OPENBLAS_CORETYPE set, so mpr_blas_better_kernels() is "" there); never
  * after MPI_Init (a process in an MPI job must not exec); a failed exec
@@ -38,6 +42,8 @@ void app_blas_choose_kernels(char **argv) {
         unsetenv(REEXEC_MARK);
         return;
     }
+    const char *off = getenv("MPIRPC_APP_BLAS_REEXEC_OFF");
+    if (off && *off && strcmp(off, "0") != 0) return;
     const char *better = mpr_blas_better_kernels();
     int mpi_started = 0;
     MPI_Initialized(&mpi_started);

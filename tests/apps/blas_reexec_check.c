@@ -7,6 +7,8 @@
  * - a re-executed process runs the set it asked for, has the same pid, name
  *   (/proc/self/comm) and arguments (spaces kept), and its launch rank 0
  *   said so once;
+ * - with MPIRPC_APP_BLAS_REEXEC_OFF=1 nothing is re-executed and the
+ *   kernels stay as OpenBLAS picked them;
  * - with --mpi, MPI then starts and every rank took part (an exec before
  *   MPI_Init is invisible to the launcher).
  * Prints one JSON line: {"reexecuted":…,"kernels":…,"pid_kept":…}. Where
@@ -41,6 +43,13 @@ int main(int argc, char **argv) {
     app_blas_choose_kernels(argv);
     /* Still here: either nothing to choose, or this is the re-executed process. */
     bool reexecuted = asked != NULL;
+    const char *off = getenv("MPIRPC_APP_BLAS_REEXEC_OFF");
+    if (off && strcmp(off, "1") == 0) {
+        if (reexecuted) return fail("re-executed although MPIRPC_APP_BLAS_REEXEC_OFF=1");
+        if (strcmp(mpr_blas_better_kernels(), better_before) != 0) return fail("the kernels changed with the re-execution off");
+        printf("{\"reexecuted\":false,\"kernels\":\"%s\",\"off\":true,\"ranks\":1}\n", mpr_blas_kernels());
+        return 0;
+    }
     if (*mpr_blas_better_kernels()) return fail("still on kernels that a better set exists for");
     if (!reexecuted && *better_before) return fail("a better set existed but the program was not re-executed");
     if (reexecuted) {
