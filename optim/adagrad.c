@@ -67,4 +67,5 @@ const mpri_optimizer_vtable_t mpri_adagrad_vt = {
     .slot_used = adagrad_slot_used,
     .update_f32 = adagrad_f32,
     .update_f64 = adagrad_f64,
+    .update_cuda = MPRI_OPTIM_CUDA_UPDATE(mpri_optim_cuda_adagrad),
 };

@@ -81,4 +81,5 @@ const mpri_optimizer_vtable_t mpri_adam_vt = {
     .slot_used = mpri_adam_slot_used,
     .update_f32 = adam_f32,
     .update_f64 = adam_f64,
+    .update_cuda = MPRI_OPTIM_CUDA_UPDATE(mpri_optim_cuda_adam),
 };

@@ -49,4 +49,5 @@ const mpri_optimizer_vtable_t mpri_adamw_vt = {
     .slot_used = mpri_adam_slot_used,
     .update_f32 = adamw_f32,
     .update_f64 = adamw_f64,
+    .update_cuda = MPRI_OPTIM_CUDA_UPDATE(mpri_optim_cuda_adamw),
 };

@@ -3,7 +3,8 @@
  * optimizer object and the per-parameter state every algorithm keeps.
  *
  * The generic layer (optimizer.c) owns the parameter references (contiguous
- * CPU float tensors, checked by mpri_optimizer_new), validates gradients
+ * float tensors on the CPU, or on a CUDA device when the backend is built,
+ * checked by mpri_optimizer_new), validates gradients
  * (shape, dtype, contiguity), keeps per parameter a step count and the
  * algorithm's state buffers ("slots", named with PyTorch's state keys,
  * created zero- or value-filled on the parameter's first step with a
@@ -11,8 +12,8 @@
  * gradient; the algorithm updates the parameter and its slots in place, the
  * generic layer bumps the parameter's storage version.
  *
- * Invariants: bufs[i * n_slots + k] is NULL or a contiguous CPU tensor of
- * params[i]'s shape and dtype, owned by the optimizer; it is non-NULL only
+ * Invariants: bufs[i * n_slots + k] is NULL or a contiguous tensor of
+ * params[i]'s shape, dtype and device, owned by the optimizer; it is non-NULL only
  * for slots the options use (vt->slot_used); steps[i] counts the updates
  * parameter i received (PyTorch's state["step"]). */
 #ifndef MPRI_OPTIM_H
@@ -22,6 +23,7 @@
 
 #include "mpirpc/optim.h"
 #include "mpirpc/tensor_io.h"
+#include "mpri_optim_cuda.h"
 #include "mpri_tensor.h"
 
 #define MPRI_OPTIM_MAX_SLOTS 3
@@ -42,7 +44,18 @@ typedef struct mpri_optimizer_vtable {
                        float *const *slots, int64_t step);
     void (*update_f64)(const mpr_optim_options_t *o, int64_t n, double *p, const double *g,
                        double *const *slots, int64_t step);
+    /* The same update for a parameter on a CUDA device (mpri_optim_cuda.h);
+     * NULL without the CUDA backend. */
+    mpri_optim_cuda_update_fn update_cuda;
 } mpri_optimizer_vtable_t;
+
+/* A vtable's update_cuda: fn with the CUDA backend, else NULL (fn is then
+ * never referenced, so nothing needs to define it). */
+#ifdef MPIRPC_HAVE_CUDA
+#define MPRI_OPTIM_CUDA_UPDATE(fn) (fn)
+#else
+#define MPRI_OPTIM_CUDA_UPDATE(fn) NULL
+#endif
 
 struct mpr_optimizer {
     const mpri_optimizer_vtable_t *vt;

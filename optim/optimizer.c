@@ -6,8 +6,11 @@
  * takes the gradients explicitly (e.g. from a distributed autograd context);
  * a NULL gradient skips its parameter (its state is left alone).
  *
- * Invariants: parameters are contiguous CPU float tensors (checked at
- * creation); an optimizer holds one reference to each parameter for its
+ * Invariants: parameters are contiguous float tensors on the CPU or, with
+ * the CUDA backend, on a CUDA device (checked at creation); a parameter's
+ * slot buffers live on its device and its gradients must too (a CUDA
+ * parameter is updated by the algorithm's device kernel, mpri_optim_cuda.h,
+ * on the default stream, after the ops that made its gradient); an optimizer holds one reference to each parameter for its
  * whole life; step runs with grad mode off (restored afterwards) and hands
  * the algorithm only gradients that match their parameter's shape and dtype
  * and are contiguous; a failed validation changes no parameter. State
@@ -16,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mpri_args.h"
+#include "kernels/mpri_kernels.h"
+#include "mpirpc/cuda.h"
 #include "mpirpc/tensor_ops.h"
+#include "mpri_args.h"
 #include "mpri_autograd.h"
 #include "mpri_optim.h"
 #include "mpri_trace.h"
@@ -40,9 +45,13 @@ mpr_optimizer_t *mpri_optimizer_new(const mpri_optimizer_vtable_t *vt, mpr_tenso
                           vt->name, i, mpr_dtype_name(p->dtype));
             return NULL;
         }
-        if (!mpr_tensor_is_contiguous(p) || p->storage->device != -1) {
-            mpr_error_set(MPR_ERR_INVALID_ARG, "%s: parameter %d must be a contiguous CPU tensor",
-                          vt->name, i);
+        if (!mpr_tensor_is_contiguous(p)) {
+            mpr_error_set(MPR_ERR_INVALID_ARG, "%s: parameter %d must be contiguous", vt->name, i);
+            return NULL;
+        }
+        if (p->storage->device >= 0 && !vt->update_cuda) {
+            mpr_error_set(MPR_ERR_UNSUPPORTED, "%s: parameter %d is on cuda:%d but the library was built without CUDA",
+                          vt->name, i, p->storage->device);
             return NULL;
         }
     }
@@ -76,21 +85,32 @@ static mpr_err_t ensure_slots(mpr_optimizer_t *opt, int i) {
         double init = 0;
         mpr_tensor_t **b = &opt->bufs[i * vt->n_slots + k];
         if (*b || !vt->slot_used(&opt->o, k, &init)) continue;
-        /* mpr_tensor_empty: the optimizer owns it even inside an open scope */
-        mpr_tensor_t *t = mpr_tensor_empty(p->dtype, p->ndim, p->shape);
+        /* mpr_tensor_empty_on: the optimizer owns it even inside an open scope */
+        int device = p->storage->device;
+        mpr_tensor_t *t = mpr_tensor_empty_on(device, p->dtype, p->ndim, p->shape);
         if (!t) return mpr_last_error_code();
         int64_t n = mpr_tensor_numel(t);
-        if (p->dtype == MPR_F32)
+        if (device >= 0) {
+            const mpri_backend_t *be = mpri_backend_for(vt->name, device);
+            mpr_err_t e = be ? be->fill(device, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, init)
+                             : mpr_last_error_code();
+            if (e != MPR_OK) {
+                mpr_tensor_release(t);
+                return e;
+            }
+        } else if (p->dtype == MPR_F32) {
             for (int64_t j = 0; j < n; j++) ((float *)mpr_tensor_data(t))[j] = (float)init;
-        else
+        } else {
             for (int64_t j = 0; j < n; j++) ((double *)mpr_tensor_data(t))[j] = init;
+        }
         *b = t;
     }
     return MPR_OK;
 }
 
-/* One parameter's update through the algorithm's kernel of its dtype. */
-static void update_param(mpr_optimizer_t *opt, int i, mpr_tensor_t *g) {
+/* One parameter's update through the algorithm's kernel of its dtype and
+ * device (a CUDA kernel can fail: its step is then not counted). */
+static mpr_err_t update_param(mpr_optimizer_t *opt, int i, mpr_tensor_t *g) {
     const mpri_optimizer_vtable_t *vt = opt->vt;
     mpr_tensor_t *p = opt->params[i];
     void *slots[MPRI_OPTIM_MAX_SLOTS] = {0};
@@ -98,13 +118,19 @@ static void update_param(mpr_optimizer_t *opt, int i, mpr_tensor_t *g) {
         mpr_tensor_t *b = opt->bufs[i * vt->n_slots + k];
         slots[k] = b ? mpr_tensor_data(b) : NULL;
     }
-    int64_t n = mpr_tensor_numel(p), step = ++opt->steps[i];
-    if (p->dtype == MPR_F32)
+    int64_t n = mpr_tensor_numel(p), step = opt->steps[i] + 1;
+    if (p->storage->device >= 0) {
+        mpr_err_t e = vt->update_cuda(&opt->o, p->storage->device, p->dtype, n, mpr_tensor_data(p),
+                                      mpr_tensor_data(g), slots, step);
+        if (e != MPR_OK) return e;
+    } else if (p->dtype == MPR_F32)
         vt->update_f32(&opt->o, n, mpr_tensor_data(p), mpr_tensor_data(g), (float *const *)slots, step);
     else
         vt->update_f64(&opt->o, n, mpr_tensor_data(p), mpr_tensor_data(g), (double *const *)slots,
                        step);
+    opt->steps[i] = step;
     mpri_bump_version(p);
+    return MPR_OK;
 }
 
 static mpr_err_t run_step(mpr_optimizer_t *opt, mpr_tensor_t *const *gs) {
@@ -113,9 +139,19 @@ static mpr_err_t run_step(mpr_optimizer_t *opt, mpr_tensor_t *const *gs) {
         mpr_err_t e = ensure_slots(opt, i);
         if (e != MPR_OK) return e;
     }
-    for (int i = 0; i < opt->n_params; i++)
-        if (gs[i]) update_param(opt, i, gs[i]);
+    for (int i = 0; i < opt->n_params; i++) {
+        if (!gs[i]) continue;
+        mpr_err_t e = update_param(opt, i, gs[i]);
+        if (e != MPR_OK) return e;
+    }
     return MPR_OK;
+}
+
+/* "cpu" or "cuda:N". */
+static const char *device_name(int device, char *buf, size_t cap) {
+    if (device < 0) return "cpu";
+    snprintf(buf, cap, "cuda:%d", device);
+    return buf;
 }
 
 static bool same_shape(const mpr_tensor_t *a, const mpr_tensor_t *b) {
@@ -152,8 +188,10 @@ mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *gr
             break;
         }
         if (g->storage->device != p->storage->device) {
-            e = mpr_error_set(MPR_ERR_INVALID_ARG, "%s step: gradient %d is on %s but its parameter is on the CPU",
-                              opt->vt->name, k, g->storage->device >= 0 ? "a CUDA device" : "another device");
+            char dg[16], dp[16];
+            e = mpr_error_set(MPR_ERR_INVALID_ARG, "%s step: gradient %d is on %s but its parameter is on %s",
+                              opt->vt->name, k, device_name(g->storage->device, dg, sizeof dg),
+                              device_name(p->storage->device, dp, sizeof dp));
             break;
         }
         if (!(gs[k] = mpr_tensor_contiguous(g))) {

@@ -90,4 +90,5 @@ const mpri_optimizer_vtable_t mpri_rmsprop_vt = {
     .slot_used = rmsprop_slot_used,
     .update_f32 = rmsprop_f32,
     .update_f64 = rmsprop_f64,
+    .update_cuda = MPRI_OPTIM_CUDA_UPDATE(mpri_optim_cuda_rmsprop),
 };

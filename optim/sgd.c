@@ -84,4 +84,5 @@ const mpri_optimizer_vtable_t mpri_sgd_vt = {
     .slot_used = sgd_slot_used,
     .update_f32 = sgd_f32,
     .update_f64 = sgd_f64,
+    .update_cuda = MPRI_OPTIM_CUDA_UPDATE(mpri_optim_cuda_sgd),
 };

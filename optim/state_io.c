@@ -13,6 +13,10 @@
  * that list of n_total) and, on import, skip the entries of other owners'
  * parameters, so the owners' exports together read like one optimizer's.
  *
+ * Exported buffers are CPU tensors whatever the parameters' device (a
+ * checkpoint does not depend on where it was made); import copies each
+ * buffer to its parameter's device.
+ *
  * Invariants: export copies (later steps do not change an exported dict);
  * import builds the complete new state aside and swaps it in only when every
  * entry checked out (kind, options, indices, keys, shapes, dtypes, a buffer
@@ -27,6 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/mpri_kernels.h"
+#include "mpirpc/cuda.h"
 #include "mpirpc/tensor_ops.h"
 #include "mpri_args.h"
 #include "mpri_optim.h"
@@ -37,12 +43,16 @@ static void key(char *buf, size_t cap, const char *prefix, const char *name) {
     snprintf(buf, cap, "%s%s", prefix, name);
 }
 
-/* A new caller-owned copy of contiguous `t` (never handed to a scope). */
-static mpr_tensor_t *copy_tensor(const mpr_tensor_t *t) {
-    mpr_tensor_t *c = mpr_tensor_empty(t->dtype, t->ndim, t->shape);
-    if (c)
-        memcpy(mpr_tensor_data(c), mpr_tensor_data((mpr_tensor_t *)t),
-               (size_t)mpr_tensor_numel(t) * mpr_dtype_size(t->dtype));
+/* A new caller-owned copy of contiguous `t` on `device` (-1: CPU; never
+ * handed to a scope). */
+static mpr_tensor_t *copy_tensor(const mpr_tensor_t *t, int device) {
+    mpr_tensor_t *c = mpr_tensor_empty_on(device, t->dtype, t->ndim, t->shape);
+    size_t nbytes = (size_t)mpr_tensor_numel(t) * mpr_dtype_size(t->dtype);
+    if (c && mpri_backend_transfer("optimizer state", mpr_tensor_data(c), device,
+                                   mpr_tensor_data((mpr_tensor_t *)t), t->storage->device, nbytes) != MPR_OK) {
+        mpr_tensor_release(c);
+        c = NULL;
+    }
     return c;
 }
 
@@ -91,7 +101,7 @@ mpr_err_t mpri_optimizer_state_export_indexed(const mpr_optimizer_t *opt, mpr_te
             mpr_tensor_t *b = opt->bufs[i * vt->n_slots + s];
             if (!b) continue;
             snprintf(k, sizeof k, "%sstate.%d.%s", prefix, gi, vt->slot_names[s]);
-            if ((e = put(d, k, copy_tensor(b)))) return e;
+            if ((e = put(d, k, copy_tensor(b, -1)))) return e;
         }
     }
     return MPR_OK;
@@ -152,9 +162,11 @@ static mpr_err_t import_entry(const mpr_optimizer_t *opt, const mpr_optim_option
     for (i = 0; index && i < opt->n_params && index[i] != gi; i++) continue;
     if (!index) i = gi;
     if (i == opt->n_params) return MPR_OK; /* another owner's parameter */
-    if (!mpr_tensor_is_contiguous(t) || t->storage->device != -1)
-        return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer state: '%s' must be a contiguous CPU tensor", name);
+    if (!mpr_tensor_is_contiguous(t))
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer state: '%s' must be a contiguous tensor", name);
     if (strcmp(what, "step") == 0) {
+        if (t->storage->device != -1)
+            return mpr_error_set(MPR_ERR_INVALID_ARG, "optimizer state: '%s' must be a CPU tensor", name);
         if (t->dtype != MPR_I64 || mpr_tensor_numel(t) != 1)
             return mpr_error_set(MPR_ERR_DTYPE, "optimizer state: '%s' must be one int64", name);
         int64_t v = *(const int64_t *)mpr_tensor_data((mpr_tensor_t *)t);
@@ -174,7 +186,7 @@ static mpr_err_t import_entry(const mpr_optimizer_t *opt, const mpr_optim_option
                                  name, mpr_dtype_name(t->dtype), mpr_shape_str(t->ndim, t->shape, a, sizeof a),
                                  i, mpr_dtype_name(p->dtype), mpr_shape_str(p->ndim, p->shape, b, sizeof b));
         }
-        mpr_tensor_t *c = copy_tensor(t);
+        mpr_tensor_t *c = copy_tensor(t, p->storage->device);
         if (!c) return mpr_last_error_code();
         mpr_tensor_release(bufs[i * vt->n_slots + s]);
         bufs[i * vt->n_slots + s] = c;
