@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 """Run an app (through mpiexec or not) and check what it did, for ctest.
 
-    run_app.py [--exit N] [--regex R]... [--json EXPR]... [--file F]... [--cwd DIR] -- command...
+    run_app.py [--exit N] [--regex R]... [--json EXPR]... [--file F]... [--cwd DIR]
+               [--skip-if R] -- command...
 
 Passes when the command's exit status is N (default 0), every regex R is
 found in its output (stdout and stderr together), and every EXPR (a Python
 expression over `j`, the last JSON object line the command printed) is
 true, and every file F (relative to DIR) exists and is not empty. The
-output is echoed first, so a failure shows what happened.
+output is echoed first, so a failure shows what happened. With --skip-if R,
+an output matching R (say, "no GPU visible") exits 77 instead, which ctest
+reports as skipped where the test sets SKIP_RETURN_CODE 77.
 """
 import json
 import os
@@ -17,7 +20,7 @@ import sys
 
 
 def main(argv):
-    expect_exit, regexes, checks, cwd, files = 0, [], [], None, []
+    expect_exit, regexes, checks, cwd, files, skip_if = 0, [], [], None, [], None
     i = 0
     while argv[i] != "--":
         opt, val = argv[i], argv[i + 1]
@@ -31,6 +34,8 @@ def main(argv):
             cwd = val
         elif opt == "--file":
             files.append(val)
+        elif opt == "--skip-if":
+            skip_if = val
         else:
             sys.exit(f"run_app.py: unknown option {opt}")
         i += 2
@@ -40,6 +45,9 @@ def main(argv):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
     out = p.stdout.decode(errors="replace")
     sys.stdout.write(out)
+    if skip_if and re.search(skip_if, out, re.M):
+        print(f"run_app.py: skipping: the output matches /{skip_if}/")
+        return 77
     ok = True
     if p.returncode != expect_exit:
         print(f"run_app.py: exit status {p.returncode}, expected {expect_exit}")
