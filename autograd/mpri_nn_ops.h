@@ -23,15 +23,6 @@ static inline mpr_err_t mpri_nn_check_float_cpu(const char *op, const mpr_tensor
     return e != MPR_OK ? e : mpri_nn_check_cpu(op, t);
 }
 
-/* MPR_ERR_DTYPE unless `t` is int64 (`what` names the argument). */
-static inline mpr_err_t mpri_nn_check_index(const char *op, const char *what,
-                                            const mpr_tensor_t *t) {
-    if (t->dtype != MPR_I64)
-        return mpr_error_set(MPR_ERR_DTYPE, "%s: %s must be int64, got %s", op, what,
-                             mpr_dtype_name(t->dtype));
-    return mpri_nn_check_cpu(op, t);
-}
-
 /* Shape of t as "[2, 3]" into a caller buffer. */
 static inline const char *mpri_nn_shape(const mpr_tensor_t *t, char *buf, size_t cap) {
     return mpr_shape_str(t->ndim, t->shape, buf, cap);

@@ -7,7 +7,9 @@
  * costs one generator call (one mutex round trip on the default generator)
  * and the same seed gives the same masks on every run. Each 64-bit output
  * decides two elements (32 bits each). In eval mode or with p == 0 the input
- * is returned as is (a new reference), like torch.nn.functional.dropout. */
+ * is returned as is (a new reference), like torch.nn.functional.dropout.
+ * For an input on a CUDA device the mask is drawn the same way on the host
+ * and copied to the device, so a seed gives the same mask on either. */
 #include <math.h>
 
 #include "mpri_args.h"
@@ -24,7 +26,7 @@ mpr_tensor_t *mpr_dropout(mpr_tensor_t *x, double p, bool training, mpr_generato
     MPRI_OP_INPUT(x);
     if (!x) return NULL;
     const char *op = "dropout";
-    if (mpri_nn_check_float_cpu(op, x) != MPR_OK) return NULL;
+    if (mpri_check_float(op, x) != MPR_OK) return NULL;
     if (!(p >= 0.0 && p <= 1.0)) {
         mpr_error_set(MPR_ERR_INVALID_ARG, "dropout: probability must be in [0, 1], got %g", p);
         return NULL;
@@ -52,6 +54,18 @@ mpr_tensor_t *mpr_dropout(mpr_tensor_t *x, double p, bool training, mpr_generato
             m[i] = (r & 0xffffffffu) >= thresh ? scale : 0.0;
             if (i + 1 < n) m[i + 1] = (r >> 32) >= thresh ? scale : 0.0;
         }
+    }
+    int device = x->storage->device;
+    if (device >= 0) {
+        mpr_tensor_t *on = mpri_empty_on(device, mask->dtype, mask->ndim, mask->shape);
+        if (on && mpri_backend_transfer(op, mpr_tensor_data(on), device, mpr_tensor_data(mask), -1,
+                                        (size_t)n * mpr_dtype_size(mask->dtype)) != MPR_OK) {
+            mpr_tensor_release(on);
+            on = NULL;
+        }
+        mpr_tensor_release(mask);
+        if (!on) return NULL;
+        mask = on;
     }
     mpr_tensor_t *y = mpr_mul(x, mask);
     mpr_tensor_release(mask);

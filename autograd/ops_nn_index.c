@@ -2,8 +2,14 @@
  * embedding (index_select of rows of a [V, D] table by an index tensor of any
  * shape) and gather.
  *
+ * Devices: the input may be on the CPU or a CUDA device; the index may be on
+ * the CPU or on the input's device (a CPU index for a device table is copied
+ * there, as the tutorial's token ids reach a GPU embedding). The range check
+ * reads the index on the host (a device index is copied back for it).
+ *
  * Invariants: index tensors are int64 and every value is checked to lie in
- * range before any output is written; the index tensor is saved for backward
+ * range before any output is written; the saved index is on the input's
+ * device; the index tensor is saved for backward
  * (its version is checked like any saved tensor); backward scatter-adds so
  * repeated indices accumulate, and the gradient of the indexed input is dense
  * (same shape as the input). gather with an index smaller than the input in
@@ -44,7 +50,7 @@ static mpr_err_t index_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     mpri_nn_split_dims(m->ndim, m->shape, dim, &outer, &inner);
     int64_t n_at = m->ndim ? m->shape[dim] : 1;
     int64_t k = gather ? (idx->ndim ? idx->shape[dim] : 1) : mpr_tensor_numel(idx);
-    mpr_tensor_t *gx = mpr_zeros(m->dtype, m->ndim, m->shape); /* scope-owned */
+    mpr_tensor_t *gx = mpri_full_on(m->device, m->dtype, m->ndim, m->shape, 0.0); /* scope-owned */
     mpr_tensor_t *gy = mpr_tensor_contiguous(gout[0]);
     if (!gx || !gy) {
         mpr_tensor_release(gy);
@@ -66,22 +72,64 @@ static const mpri_op_def_t gather_def = {.name = "gather", .backward = index_bac
 
 static bool is_gather(const mpri_op_def_t *def) { return def == &gather_def; }
 
+/* A contiguous copy of contiguous `t` on `device` (caller-owned, no history). */
+static mpr_tensor_t *copy_to(mpr_tensor_t *t, int device) {
+    mpr_tensor_t *c = mpri_empty_on(device, t->dtype, t->ndim, t->shape);
+    if (c && mpri_backend_transfer("index", mpr_tensor_data(c), device, mpr_tensor_data(t), t->storage->device,
+                                   (size_t)mpr_tensor_numel(t) * mpr_dtype_size(t->dtype)) != MPR_OK) {
+        mpr_tensor_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The index as the kernel of an input on `device` reads it: contiguous, on
+ * `device`, every value checked against [0, n_at) on the host first. A new
+ * reference, or NULL with the range error. */
+static mpr_tensor_t *checked_index(const char *op, mpr_tensor_t *index, int device, int64_t n_at) {
+    mpr_tensor_t *ic = mpri_contiguous_raw(index);
+    if (!ic) return NULL;
+    mpr_tensor_t *host = ic->storage->device < 0 ? mpr_tensor_retain(ic) : copy_to(ic, -1);
+    mpr_err_t e = host ? mpri_nn_check_range(op, "index", mpr_tensor_data(host), mpr_tensor_numel(host), n_at,
+                                             INT64_MIN)
+                       : mpr_last_error_code();
+    mpr_tensor_release(host);
+    if (e == MPR_OK && ic->storage->device != device) {
+        mpr_tensor_t *moved = copy_to(ic, device);
+        mpr_tensor_release(ic);
+        ic = moved;
+    }
+    if (e != MPR_OK) {
+        mpr_tensor_release(ic);
+        return NULL;
+    }
+    return ic;
+}
+
+/* MPR_ERR_DTYPE unless `index` is int64; MPR_ERR_INVALID_ARG unless it is on
+ * the CPU or on x's device. */
+static mpr_err_t check_index(const char *op, const char *what, const mpr_tensor_t *x, const mpr_tensor_t *index) {
+    if (index->dtype != MPR_I64)
+        return mpr_error_set(MPR_ERR_DTYPE, "%s: %s must be int64, got %s", op, what, mpr_dtype_name(index->dtype));
+    int di = index->storage->device, dx = x->storage->device;
+    if (di < 0 || di == dx) return MPR_OK;
+    if (dx < 0)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: %s is on cuda:%d but the input is on the CPU", op, what, di);
+    return mpr_error_set(MPR_ERR_INVALID_ARG, "%s: %s is on cuda:%d but the input is on cuda:%d", op, what, di, dx);
+}
+
 /* The forward of def on x along d (checked by the caller) with `index`
- * (checked int64 CPU): range check, kernel into a new [oshape] tensor, record. */
+ * (checked by check_index): range check, kernel into a new [oshape] tensor on
+ * x's device, record. */
 static mpr_tensor_t *index_forward(const mpri_op_def_t *def, mpr_tensor_t *x, int d, mpr_tensor_t *index,
                                    int ondim, const int64_t *oshape) {
     bool gather = is_gather(def);
     int64_t n_at = x->ndim ? x->shape[d] : 1;
     int64_t k = gather ? (index->ndim ? index->shape[d] : 1) : mpr_tensor_numel(index);
-    mpr_tensor_t *ic = mpr_tensor_contiguous(index);
+    mpr_tensor_t *ic = checked_index(def->name, index, x->storage->device, n_at);
     if (!ic) return NULL;
-    if (mpri_nn_check_range(def->name, "index", mpr_tensor_data(ic), mpr_tensor_numel(ic), n_at, INT64_MIN) !=
-        MPR_OK) {
-        mpr_tensor_release(ic);
-        return NULL;
-    }
-    mpr_tensor_t *xc = mpr_tensor_contiguous(x);
-    mpr_tensor_t *y = mpr_tensor_empty(x->dtype, ondim, oshape);
+    mpr_tensor_t *xc = mpri_contiguous_raw(x);
+    mpr_tensor_t *y = mpri_empty_on(x->storage->device, x->dtype, ondim, oshape);
     if (!xc || !y) {
         mpr_tensor_release(ic);
         mpr_tensor_release(xc);
@@ -134,8 +182,7 @@ mpr_tensor_t *mpr_index_select(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
     if (!x || !index) return NULL;
     const char *op = "index_select";
     int d;
-    if (mpri_nn_check_float_cpu(op, x) != MPR_OK || mpri_nn_check_index(op, "index", index) != MPR_OK)
-        return NULL;
+    if (mpri_check_float(op, x) != MPR_OK || check_index(op, "index", x, index) != MPR_OK) return NULL;
     if (x->ndim == 0) {
         mpr_error_set(MPR_ERR_SHAPE, "index_select: input must have at least 1 dim, got []");
         return NULL;
@@ -155,8 +202,7 @@ mpr_tensor_t *mpr_embedding(mpr_tensor_t *weight, mpr_tensor_t *indices) {
     MPRI_OP_INPUT(indices);
     if (!weight || !indices) return NULL;
     const char *op = "embedding";
-    if (mpri_nn_check_float_cpu(op, weight) != MPR_OK ||
-        mpri_nn_check_index(op, "indices", indices) != MPR_OK)
+    if (mpri_check_float(op, weight) != MPR_OK || check_index(op, "indices", weight, indices) != MPR_OK)
         return NULL;
     if (weight->ndim != 2) {
         char b[96];
@@ -180,7 +226,7 @@ mpr_tensor_t *mpr_gather(mpr_tensor_t *x, int dim, mpr_tensor_t *index) {
     if (!x || !index) return NULL;
     const char *op = "gather";
     int d;
-    if (mpri_nn_check_float_cpu(op, x) != MPR_OK || mpri_nn_check_index(op, "index", index) != MPR_OK ||
+    if (mpri_check_float(op, x) != MPR_OK || check_index(op, "index", x, index) != MPR_OK ||
         mpri_norm_dim(op, dim, x->ndim, &d) != MPR_OK)
         return NULL;
     char bx[96], bi[96];

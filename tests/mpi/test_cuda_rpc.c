@@ -164,7 +164,8 @@ static void test_dist_autograd_gpu_parameter(void) {
     CHECK_OK(mpr_dist_context_begin(&ctx));
     mpr_scope_begin();
     mpr_value_t *r = call(1, "square", mpr_value_list_of(1, mpr_value_new_tensor(w)));
-    mpr_tensor_t *y = item_tensor(r, 0);
+    mpr_tensor_t *y = NULL;
+    CHECK_OK(mpr_value_get_tensor(r, &y)); /* the function returns a tensor, not a list */
     CHECK(mpr_tensor_device(y) == 0);
     mpr_tensor_t *loss = mpr_sum(mpr_tanh(y));
     CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));
@@ -192,7 +193,8 @@ static void test_dist_autograd_callee_gpu(void) {
     CHECK_OK(mpr_dist_context_begin(&ctx));
     mpr_scope_begin();
     mpr_value_t *r = call(1, "via_gpu", mpr_value_list_of(1, mpr_value_new_tensor(x)));
-    mpr_tensor_t *y = item_tensor(r, 0);
+    mpr_tensor_t *y = NULL;
+    CHECK_OK(mpr_value_get_tensor(r, &y));
     CHECK(mpr_tensor_device(y) == -1);
     mpr_tensor_t *loss = mpr_sum(mpr_mul(y, y));
     CHECK_OK(mpr_dist_backward(ctx, &loss, 1, false));

@@ -75,8 +75,11 @@ static void test_transfers(void **state) {
     mpr_generator_t *g = mpr_generator_create(3);
     const mpr_dtype_t dts[] = {MPR_F32, MPR_F64, MPR_I64};
     for (size_t k = 0; k < 3; k++) {
-        mpr_tensor_t *a = mpr_to_dtype(mpr_mul_scalar(mpr_rand(MPR_F64, MPR_SHAPE(5, 7), g), 100), dts[k]);
+        mpr_tensor_t *r = mpr_rand(MPR_F64, MPR_SHAPE(5, 7), g), *r100 = mpr_mul_scalar(r, 100);
+        mpr_tensor_t *a = mpr_to_dtype(r100, dts[k]);
         assert_non_null(a);
+        mpr_tensor_release(r);
+        mpr_tensor_release(r100);
         mpr_tensor_t *d = mpr_to_device(a, 0);
         assert_non_null(d);
         assert_int_equal(mpr_tensor_device(d), 0);
@@ -85,7 +88,8 @@ static void test_transfers(void **state) {
         /* Strided sources: a transposed CPU view, and a transposed view on the device. */
         mpr_tensor_t *at = mpr_transpose(a, 0, 1);
         mpr_tensor_t *want = mpr_contiguous(at);
-        mpr_tensor_t *b1 = to_cpu(mpr_to_device(at, 0));
+        mpr_tensor_t *atd = mpr_to_device(at, 0), *b1 = to_cpu(atd);
+        mpr_tensor_release(atd);
         assert_memory_equal(mpr_tensor_data(b1), mpr_tensor_data(want), mpr_tensor_nbytes(want));
         mpr_tensor_t *dt = mpri_tensor_view(d->storage, d->dtype, 2, (const int64_t[]){7, 5},
                                             (const int64_t[]){1, 7}, 0);
@@ -172,6 +176,75 @@ static void test_mlp_step_on_gpu(void **state) {
     for (int i = 0; i < 4; i++) mpr_tensor_release(params[i]);
     mpr_tensor_release(target);
     mpr_tensor_release(x);
+    mpr_generator_destroy(g);
+    assert_int_equal(mpr_tensor_live_count(), live);
+}
+
+/* An int64 CPU tensor of shape [n] or [r, c] from vals. */
+static mpr_tensor_t *i64(int ndim, const int64_t *shape, const int64_t *vals) {
+    mpr_tensor_t *t = mpr_scope_adopt(mpr_tensor_empty(MPR_I64, ndim, shape));
+    memcpy(mpr_tensor_data(t), vals, (size_t)mpr_tensor_numel(t) * sizeof(int64_t));
+    return t;
+}
+
+/* max |a - b| over host copies of a (any device) and b (CPU). */
+static double max_diff(mpr_tensor_t *a, mpr_tensor_t *b) {
+    mpr_tensor_t *h = to_cpu(a), *d = mpr_sub(mpr_to_dtype(h, MPR_F64), mpr_to_dtype(b, MPR_F64));
+    double m = 0;
+    for (int64_t i = 0; i < mpr_tensor_numel(d); i++) m = fmax(m, fabs(((double *)mpr_tensor_data(d))[i]));
+    return m;
+}
+
+/* embedding, index_select and gather with the input on cuda:0 (index on the
+ * CPU or on cuda:0): forward equal to the CPU op, gradients (scatter-add
+ * with repeated indices, atomics on the GPU) equal to rounding; dropout's
+ * mask on cuda:0 is the CPU's for the same seed; bad indices are refused. */
+static void test_index_ops_and_dropout_on_gpu(void **state) {
+    if (!have_gpu()) skip();
+    int64_t live = mpr_tensor_live_count();
+    mpr_generator_t *g = mpr_generator_create(21);
+    mpr_scope_begin();
+    mpr_tensor_t *w = mpr_uniform(MPR_F32, MPR_SHAPE(7, 5), -1, 1, g);
+    assert_ok(mpr_set_requires_grad(w, true));
+    mpr_tensor_t *wd = mpr_detach(mpr_to_device(w, 0));
+    assert_ok(mpr_set_requires_grad(wd, true));
+    const int64_t ids[6] = {3, 0, 3, 6, 1, 3}; /* 3 three times: its gradient rows add up */
+    mpr_tensor_t *idx = i64(2, (const int64_t[]){2, 3}, ids), *idx_d = mpr_to_device(idx, 0);
+    mpr_tensor_t *gy = mpr_uniform(MPR_F32, MPR_SHAPE(2, 3, 5), -1, 1, g);
+    for (int on_device = 0; on_device < 2; on_device++) {
+        mpr_tensor_t *yc = mpr_embedding(w, idx), *yd = mpr_embedding(wd, on_device ? idx_d : idx);
+        assert_non_null(yd);
+        assert_int_equal(mpr_tensor_device(yd), 0);
+        assert_true(max_diff(yd, yc) == 0);
+        assert_ok(mpr_backward(yc, gy, false));
+        assert_ok(mpr_backward(yd, mpr_to_device(gy, 0), false));
+    }
+    assert_int_equal(mpr_tensor_device(mpr_tensor_grad(wd)), 0);
+    assert_true(max_diff(mpr_tensor_grad(wd), mpr_tensor_grad(w)) < 1e-6);
+    /* index_select along dim 1 and gather along dim 0, f64 */
+    mpr_tensor_t *x = mpr_uniform(MPR_F64, MPR_SHAPE(4, 6), -1, 1, g), *xd = mpr_to_device(x, 0);
+    mpr_tensor_t *sel = i64(1, (const int64_t[]){4}, (const int64_t[]){5, 0, 5, 2});
+    assert_true(max_diff(mpr_index_select(xd, 1, sel), mpr_index_select(x, 1, sel)) == 0);
+    const int64_t gi[12] = {0, 3, 1, 1, 2, 0, 3, 3, 0, 2, 1, 0};
+    mpr_tensor_t *gidx = i64(2, (const int64_t[]){2, 6}, gi);
+    assert_true(max_diff(mpr_gather(xd, 0, mpr_to_device(gidx, 0)), mpr_gather(x, 0, gidx)) == 0);
+    /* refused: an index out of range (checked on the host), a device index for a CPU input */
+    mpr_tensor_t *bad = i64(1, (const int64_t[]){2}, (const int64_t[]){1, 7});
+    assert_null(mpr_embedding(wd, mpr_to_device(bad, 0)));
+    assert_int_not_equal(mpr_last_error_code(), MPR_OK);
+    assert_null(mpr_embedding(w, idx_d));
+    assert_int_equal(mpr_last_error_code(), MPR_ERR_INVALID_ARG);
+    assert_non_null(strstr(mpr_last_error(), "cuda:0"));
+    /* dropout: the same seed gives the same mask on cuda:0 as on the CPU */
+    mpr_tensor_t *ones = mpr_full(MPR_F32, MPR_SHAPE(64), 1.0);
+    mpr_generator_t *g1 = mpr_generator_create(5), *g2 = mpr_generator_create(5);
+    mpr_tensor_t *dc = mpr_dropout(ones, 0.5, true, g1), *dd = mpr_dropout(mpr_to_device(ones, 0), 0.5, true, g2);
+    assert_non_null(dd);
+    assert_int_equal(mpr_tensor_device(dd), 0);
+    assert_true(max_diff(dd, dc) == 0);
+    mpr_generator_destroy(g1);
+    mpr_generator_destroy(g2);
+    mpr_scope_end(); /* w, wd and every result were the scope's */
     mpr_generator_destroy(g);
     assert_int_equal(mpr_tensor_live_count(), live);
 }
@@ -483,6 +556,7 @@ int main(void) {
         cmocka_unit_test(test_device_errors),
         cmocka_unit_test(test_transfers),
         cmocka_unit_test(test_mlp_step_on_gpu),
+        cmocka_unit_test(test_index_ops_and_dropout_on_gpu),
 #ifdef MPIRPC_TEST_CUDA_KERNELS
         cmocka_unit_test(test_gemm_plan),
         cmocka_unit_test(test_sum_plan),

@@ -39,6 +39,10 @@ static const mpri_backend_t cuda_backend = {
     .nll_loss_bwd = mpri_cuda_nll_loss_bwd,
     .mse_loss_fwd = mpri_cuda_mse_loss_fwd,
     .mse_loss_bwd = mpri_cuda_mse_loss_bwd,
+    .index_select_fwd = mpri_cuda_index_select_fwd,
+    .index_select_bwd = mpri_cuda_index_select_bwd,
+    .gather_fwd = mpri_cuda_gather_fwd,
+    .gather_bwd = mpri_cuda_gather_bwd,
 };
 
 mpr_err_t mpri_cuda_backend_install(void) { return mpri_backend_register(&cuda_backend); }

@@ -125,6 +125,18 @@ mpr_err_t mpri_cuda_mse_loss_fwd(int device, mpr_dtype_t dt, const void *a, cons
 mpr_err_t mpri_cuda_mse_loss_bwd(int device, mpr_dtype_t dt, const void *a, const void *b, int64_t n, double g,
                                  void *ga, void *gb);
 
+/* index_select / gather (contracts as mpri_index_select_* / mpri_gather_* of
+ * mpri_nn_kernels.h; idx is a device pointer to range-checked int64). Backward
+ * accumulates into a zeroed gx with atomics. */
+mpr_err_t mpri_cuda_index_select_fwd(int device, mpr_dtype_t dt, const void *x, const int64_t *idx, void *y,
+                                     int64_t outer, int64_t n, int64_t k, int64_t inner);
+mpr_err_t mpri_cuda_index_select_bwd(int device, mpr_dtype_t dt, const void *gy, const int64_t *idx, void *gx,
+                                     int64_t outer, int64_t n, int64_t k, int64_t inner);
+mpr_err_t mpri_cuda_gather_fwd(int device, mpr_dtype_t dt, const void *x, const int64_t *idx, void *y, int64_t outer,
+                               int64_t n, int64_t k, int64_t inner);
+mpr_err_t mpri_cuda_gather_bwd(int device, mpr_dtype_t dt, const void *gy, const int64_t *idx, void *gx,
+                               int64_t outer, int64_t n, int64_t k, int64_t inner);
+
 #ifdef __cplusplus
 }
 #endif
