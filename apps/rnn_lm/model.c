@@ -311,6 +311,15 @@ static mpr_rref_t *remote_param(model_t *m, int i) {
     return i < m->n_emb ? m->emb_params[i] : m->dec_params[i - m->n_emb];
 }
 
+/* `t` on the CPU (a new reference: t itself there, else a copy): a
+ * parameter or gradient of a table on a GPU arrives on that device. */
+static mpr_tensor_t *host_copy(mpr_tensor_t *t) {
+    mpr_scope_begin();
+    mpr_tensor_t *h = mpr_scope_keep(mpr_to_device(t, -1));
+    mpr_scope_end();
+    return h;
+}
+
 mpr_err_t model_fetch_parameters(model_t *m, mpr_tensor_t ***values, int *n) {
     int total = m->n_emb + m->n_lstm + m->n_dec;
     mpr_tensor_t **t = calloc((size_t)total, sizeof *t);
@@ -326,7 +335,7 @@ mpr_err_t model_fetch_parameters(model_t *m, mpr_tensor_t ***values, int *n) {
         mpr_tensor_t *p;
         e = mpr_rref_to_here(remote_param(m, i < m->n_emb ? i : i - m->n_lstm), MPR_TIMEOUT_DEFAULT, &v);
         if (!e) e = mpr_value_get_tensor(v, &p);
-        if (!e) t[i] = mpr_tensor_retain(p);
+        if (!e && !(t[i] = host_copy(p))) e = mpr_last_error_code();
         mpr_value_release(v);
     }
     if (e) {
@@ -353,7 +362,8 @@ mpr_err_t model_context_gradients(model_t *m, int64_t ctx_id, mpr_tensor_t ***gr
         }
         mpr_value_t *v = mpr_value_list_get(r, (size_t)(i < m->n_emb ? i : i - m->n_lstm));
         mpr_tensor_t *t;
-        if (v && mpr_value_kind(v) == MPR_VALUE_TENSOR && !mpr_value_get_tensor(v, &t)) g[i] = mpr_tensor_retain(t);
+        if (v && mpr_value_kind(v) == MPR_VALUE_TENSOR && !mpr_value_get_tensor(v, &t) && !(g[i] = host_copy(t)))
+            e = mpr_last_error_code();
     }
     mpr_value_release(args);
     mpr_value_release(r);
