@@ -2,15 +2,18 @@
 """Checkpoint/--resume test for an app, for ctest.
 
     resume_test.py --workdir DIR --length-option OPT --total N --first M
-                   --columns c1,c2,... -- command...
+                   --columns c1,c2,... [--skip-if R] -- command...
 
 Runs the command three times in a fresh DIR: (A) straight to `OPT N` with
 --metrics A.csv; (B1) to `OPT M` with --metrics B.csv --checkpoint-dir ckpt;
 (B2) to `OPT N` with the same metrics file and --checkpoint-dir ckpt --resume.
 Passes when every run exits 0, B2 says it resumed, and the listed columns of
 B.csv equal A.csv's row by row, exactly: the resumed run continued as if it
-had never stopped.
+had never stopped. With --skip-if R, a first run whose output matches R
+(say, "no GPU visible") exits 77 instead (ctest: skipped where the test sets
+SKIP_RETURN_CODE 77).
 """
+import re
 import csv
 import os
 import shutil
@@ -18,10 +21,13 @@ import subprocess
 import sys
 
 
-def run(cmd, cwd):
+def run(cmd, cwd, skip_if=None):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
     out = p.stdout.decode(errors="replace")
     print("$ " + " ".join(cmd) + "\n" + out)
+    if skip_if and re.search(skip_if, out, re.M):
+        print(f"resume_test.py: skipping: the output matches /{skip_if}/")
+        sys.exit(77)
     if p.returncode != 0:
         sys.exit(f"resume_test.py: exit status {p.returncode}")
     return out
@@ -44,7 +50,7 @@ def main(argv):
     shutil.rmtree(wd, ignore_errors=True)
     os.makedirs(wd)
     names = opts["--columns"].split(",")
-    run(cmd + ["--metrics", "A.csv", opt, opts["--total"]], wd)
+    run(cmd + ["--metrics", "A.csv", opt, opts["--total"]], wd, opts.get("--skip-if"))
     run(cmd + ["--metrics", "B.csv", "--checkpoint-dir", "ckpt", opt, opts["--first"]], wd)
     out = run(cmd + ["--metrics", "B.csv", "--checkpoint-dir", "ckpt", "--resume", opt, opts["--total"]], wd)
     if "Resumed from" not in out:
