@@ -58,6 +58,16 @@ static inline void ot_parse_options(const char *spec, char *kind, size_t cap, mp
 #undef OT_B
 }
 
+/* Case `cs`'s kind and options (its "case.<cs>" metadata spec). */
+static inline void ot_case_options(mpr_tensor_dict_t *d, const char *cs, char *kind, size_t cap,
+                                   mpr_optim_options_t *o) {
+    char key[160];
+    snprintf(key, sizeof key, "case.%s", cs);
+    const char *spec = mpr_tensor_dict_get_meta(d, key);
+    assert_non_null(spec);
+    ot_parse_options(spec, kind, cap, o);
+}
+
 /* A copy of tensor `name` (rows [row, row + 1) of its first dimension when
  * row >= 0), caller-owned. */
 static inline mpr_tensor_t *ot_copy(mpr_tensor_dict_t *d, const char *name, int row) {

@@ -66,13 +66,9 @@ static bool same_bits(const char *what, mpr_tensor_t *gpu, mpr_tensor_t *cpu) {
 
 /* One case in one dtype on both devices: returns the steps that matched. */
 static int run_case(const char *cs, const char *dt) {
-    char key[160];
-    snprintf(key, sizeof key, "case.%s", cs);
-    const char *spec = mpr_tensor_dict_get_meta(ref, key);
-    assert_non_null(spec);
-    char kind[32];
+    char key[160], kind[32];
     mpr_optim_options_t o;
-    ot_parse_options(spec, kind, sizeof kind, &o);
+    ot_case_options(ref, cs, kind, sizeof kind, &o);
     mpr_tensor_t *cp[OT_NP], *gp[OT_NP], *gs[OT_NP], *gg[OT_NP];
     ot_init_params(ref, dt, cp);
     for (int j = 0; j < OT_NP; j++) {

@@ -29,11 +29,10 @@ static bool have_python_torch(void) {
 
 /* Run `cs` for 4 steps in dtype dt and write its state and parameters. */
 static void write_case(const char *cs, const char *dt) {
-    char key[160], path[512];
-    snprintf(key, sizeof key, "case.%s", cs);
+    char path[512];
     char kind[32];
     mpr_optim_options_t o;
-    ot_parse_options(mpr_tensor_dict_get_meta(ref, key), kind, sizeof kind, &o);
+    ot_case_options(ref, cs, kind, sizeof kind, &o);
     mpr_tensor_t *ps[OT_NP], *gs[OT_NP];
     ot_init_params(ref, dt, ps);
     mpr_optimizer_t *opt = mpr_optimizer_create(kind, ps, OT_NP, &o);

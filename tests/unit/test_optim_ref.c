@@ -26,13 +26,9 @@ static double rel_err(double a, double b) { return fabs(a - b) / fabs(b); }
 
 /* One case in one dtype: 10 steps, compared after each. Returns max rel error. */
 static double run_case(const char *cs, const char *dt, double tol) {
-    char key[160];
-    snprintf(key, sizeof key, "case.%s", cs);
-    const char *spec = mpr_tensor_dict_get_meta(ref, key);
-    assert_non_null(spec);
-    char kind[32];
+    char key[160], kind[32];
     mpr_optim_options_t o;
-    ot_parse_options(spec, kind, sizeof kind, &o);
+    ot_case_options(ref, cs, kind, sizeof kind, &o);
     mpr_tensor_t *ps[OT_NP], *gs[OT_NP];
     ot_init_params(ref, dt, ps);
     mpr_optimizer_t *opt = mpr_optimizer_create(kind, ps, OT_NP, &o);

@@ -41,10 +41,8 @@ static bool same_bits(mpr_tensor_t *const *a, mpr_tensor_t *const *b) {
 }
 
 static mpr_optimizer_t *make(const char *cs, mpr_tensor_t *const *ps, char *kind) {
-    char key[160];
-    snprintf(key, sizeof key, "case.%s", cs);
     mpr_optim_options_t o;
-    ot_parse_options(mpr_tensor_dict_get_meta(ref, key), kind, 32, &o);
+    ot_case_options(ref, cs, kind, 32, &o);
     mpr_optimizer_t *opt = mpr_optimizer_create(kind, ps, OT_NP, &o);
     assert_non_null(opt);
     return opt;
