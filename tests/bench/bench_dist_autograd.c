@@ -10,16 +10,26 @@
  * the same run, for w of 256x256 and 8x8 (f32). Medians; rank 0 prints:
  *   {"name":"rpc_sync_noop","median_us":...}
  *   {"name":"dist_autograd_step","n":256,"median_us":...,"local_median_us":...,
- *    "ratio_vs_local":...,"noop_round_trips":...}
+ *    "ratio_vs_local":...,"noop_round_trips":...,"trainer_local_median_us":...}
+ * As for ps_mlp_step below, local_median_us is the local step timed on the
+ * peer (rank 1), where the dist step's matrix products run, and
+ * trainer_local_median_us the same on rank 0.
  * Targets (issue #12): the 256 step within 1.2x the local one, the 8 step
  * within 4 no-op round trips. PyTorch 1.13 on this machine: 2,586-3,184 us.
  * Then (issue #13) one training step of the parameter-server MLP
  * (784-256-10, batch 64, f32): the PS (rank 1) owns the model, the trainer
  * drives the forward through an RPC, dist backward, a DistributedOptimizer
- * SGD step; next to the same step computed locally on rank 0 with its own
- * copy of the model (every rank builds it from the same seed):
+ * SGD step; next to the same step computed locally with a copy of the model
+ * (every rank builds it from the same seed), interleaved step by step:
  *   {"name":"ps_mlp_step","batch":64,"median_us":...,"samples_per_s":...,
- *    "local_median_us":...,"ratio_vs_local":...}
+ *    "local_median_us":...,"ratio_vs_local":...,
+ *    "trainer_local_median_us":...,"ratio_vs_trainer_local":...}
+ * local_median_us is the local step timed on the PS (rank 1), whose core
+ * does the dist step's matrix work; the trainer_ fields time it on rank 0.
+ * Each rank is bound to its own core, and on a shared VM the two cores'
+ * speeds differ from run to run (the two local medians of one run differed
+ * by up to ~40% here), which the trainer-side ratio mixes into the
+ * distribution overhead.
  * PyTorch 1.13: ~17.2k samples/s with 1 trainer (torch_ps_fmnist.py).
  * The step lines end with "blas_core": OpenBLAS's kernel set (the compute
  * part of the ratios depends on it; a program, unlike the apps, keeps the
@@ -76,6 +86,56 @@ static mpr_err_t fn_matmul_self(mpr_call_ctx_t *ctx, const mpr_value_t *args, mp
 
 /* ---- the parameter-server MLP step (issue #13): 784-256-10, batch 64 ---- */
 static mpr_module_t *ps_model; /* on the PS (rank 1) and, for the local step, on rank 0 */
+static mpr_module_t *make_mlp(void);
+
+/* The batch both ranks use (the same seed). */
+static void ps_batch(mpr_tensor_t **x, mpr_tensor_t **y) {
+    const int batch = 64;
+    int64_t xs[2] = {batch, 784}, ys[1] = {batch};
+    mpr_generator_t *g = mpr_generator_create(9);
+    *x = mpr_rand(MPR_F32, 2, xs, g);
+    *y = mpr_tensor_empty(MPR_I64, 1, ys);
+    mpr_generator_destroy(g);
+    for (int i = 0; i < batch; i++) ((int64_t *)mpr_tensor_data(*y))[i] = i % 10;
+}
+
+/* One local step (forward, loss, backward, SGD) of `m` with optimizer `opt`; its duration in us. */
+static double local_ps_step(mpr_module_t *m, mpr_optimizer_t *opt, mpr_tensor_t *x, mpr_tensor_t *y) {
+    double t0 = now_us();
+    mpr_scope_begin();
+    mpr_optimizer_zero_grad(opt);
+    mpr_tensor_t *ll = mpr_cross_entropy(mpr_module_forward(m, x), y);
+    mpr_err_t e = mpr_backward(ll, NULL, false);
+    if (!e) e = mpr_optimizer_step(opt);
+    mpr_scope_end();
+    if (e) die("local ps step", e);
+    return now_us() - t0;
+}
+
+/* The PS's own copy for the local step timed there (rank 1 only). */
+static mpr_module_t *twin_model;
+static mpr_optimizer_t *twin_opt;
+static mpr_tensor_t *twin_x, *twin_y;
+
+/* [] -> the duration (us, a float) of one local step on this rank. */
+static mpr_err_t fn_ps_local_step(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    (void)args;
+    if (!twin_model) {
+        twin_model = make_mlp();
+        mpr_optim_options_t oo;
+        mpr_optim_options_default("sgd", &oo);
+        oo.lr = 0.05;
+        mpr_tensor_t *tp[8];
+        int np = mpr_module_num_parameters(twin_model);
+        for (int i = 0; i < np && i < 8; i++) tp[i] = mpr_module_parameter(twin_model, i, NULL);
+        twin_opt = mpr_optimizer_create("sgd", tp, np, &oo);
+        ps_batch(&twin_x, &twin_y);
+        if (!twin_opt) return mpr_last_error_code();
+    }
+    *result = mpr_value_new_double(local_ps_step(twin_model, twin_opt, twin_x, twin_y));
+    return MPR_OK;
+}
 
 static mpr_module_t *make_mlp(void) {
     mpr_generator_t *g = mpr_generator_create(5);
@@ -166,6 +226,34 @@ static double local_step(mpr_tensor_t *w) {
     return now_us() - t0;
 }
 
+/* The peer's own w per size, for the local step timed there (rank 1 only). */
+static mpr_tensor_t *peer_w[2];
+
+/* [n] -> the duration (us, a double) of one local step with an n x n w on this rank. */
+static mpr_err_t fn_local_step(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
+    (void)ctx;
+    int64_t n;
+    mpr_err_t e = mpr_args_int(args, 0, &n);
+    if (e) return e;
+    mpr_tensor_t **w = &peer_w[n == 8];
+    if (!*w) {
+        *w = mpr_full(MPR_F32, 2, (const int64_t[]){n, n}, 0.01);
+        if (!*w || (e = mpr_set_requires_grad(*w, true))) return e ? e : mpr_last_error_code();
+    }
+    *result = mpr_value_new_double(local_step(*w));
+    return MPR_OK;
+}
+
+/* One local step timed on rank 1. */
+static double peer_local_step(int n) {
+    mpr_value_t *r = NULL;
+    double us = 0;
+    mpr_err_t e = mpr_rpc_sync_take(mpr_to_rank(1), "local_step", mpr_value_list_of(1, mpr_value_new_int(n)), 60, &r);
+    if (e || (e = mpr_value_get_double(r, &us))) die("local_step on the peer", e);
+    mpr_value_release(r);
+    return us;
+}
+
 static double noop_call(void) {
     double t0 = now_us();
     mpr_value_t *r = NULL;
@@ -181,7 +269,9 @@ int main(int argc, char **argv) {
     if ((e = mpr_register_function("noop", fn_noop, NULL)) ||
         (e = mpr_register_function("matmul_self", fn_matmul_self, NULL)) ||
         (e = mpr_register_function("ps_forward", fn_ps_forward, NULL)) ||
-        (e = mpr_register_function("ps_params", fn_ps_params, NULL)))
+        (e = mpr_register_function("ps_params", fn_ps_params, NULL)) ||
+        (e = mpr_register_function("ps_local_step", fn_ps_local_step, NULL)) ||
+        (e = mpr_register_function("local_step", fn_local_step, NULL)))
         die("register", e);
     ps_model = make_mlp();
     mpr_init_options_t opts;
@@ -194,7 +284,7 @@ int main(int argc, char **argv) {
     if (mpr_world_size() < 2) die("needs 2 ranks", MPR_ERR_INVALID_ARG);
     double noop_med = 0;
     const int sizes[2] = {256, 8};
-    double step_med[2], local_med[2], fwd_med[2], bwd_med[2];
+    double step_med[2], local_med[2], trainer_local_med[2], fwd_med[2], bwd_med[2];
     if (rank == 0) {
         for (int s = 0; s < 2; s++) {
             int n = sizes[s];
@@ -205,10 +295,11 @@ int main(int argc, char **argv) {
             mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_tensor(w));
             double *ds = malloc(sizeof(double) * iters), *ls = malloc(sizeof(double) * iters),
                    *ns = malloc(sizeof(double) * iters), *fs = malloc(sizeof(double) * iters),
-                   *bs = malloc(sizeof(double) * iters);
+                   *bs = malloc(sizeof(double) * iters), *ps = malloc(sizeof(double) * iters);
             for (int i = 0; i < iters / 10 + 5; i++) { /* warm up */
                 dist_step(w, args);
                 local_step(w);
+                peer_local_step(n);
                 noop_call();
             }
             for (int i = 0; i < iters; i++) {
@@ -216,6 +307,7 @@ int main(int argc, char **argv) {
                 fs[i] = phase_fwd;
                 bs[i] = phase_bwd;
                 ls[i] = local_step(w);
+                ps[i] = peer_local_step(n);
                 ns[i] = noop_call();
             }
             step_med[s] = median(ds, iters);
@@ -223,7 +315,9 @@ int main(int argc, char **argv) {
             bwd_med[s] = median(bs, iters);
             free(fs);
             free(bs);
-            local_med[s] = median(ls, iters);
+            trainer_local_med[s] = median(ls, iters);
+            local_med[s] = median(ps, iters);
+            free(ps);
             double nm = median(ns, iters);
             if (s == 1) noop_med = nm;
             free(ds);
@@ -235,11 +329,8 @@ int main(int argc, char **argv) {
         /* the PS step: forward through the PS, dist backward, DistributedOptimizer SGD step */
         {
             const int batch = 64, iters = quick ? 30 : 200;
-            int64_t xs[2] = {batch, 784}, ys[1] = {batch};
-            mpr_generator_t *g = mpr_generator_create(9);
-            mpr_tensor_t *x = mpr_rand(MPR_F32, 2, xs, g), *y = mpr_tensor_empty(MPR_I64, 1, ys);
-            mpr_generator_destroy(g);
-            for (int i = 0; i < batch; i++) ((int64_t *)mpr_tensor_data(y))[i] = i % 10;
+            mpr_tensor_t *x, *y;
+            ps_batch(&x, &y);
             mpr_value_t *pr = NULL;
             if ((e = mpr_rpc_sync(mpr_to_rank(1), "ps_params", NULL, 60, &pr))) die("ps_params", e);
             int np = (int)mpr_value_list_len(pr);
@@ -254,7 +345,8 @@ int main(int argc, char **argv) {
             mpr_optimizer_t *lopt = mpr_optimizer_create("sgd", lp, np, &oo);
             if (!dopt || !lopt) die("optimizers", mpr_last_error_code());
             mpr_value_t *xargs = mpr_value_list_of(1, mpr_value_new_tensor(x));
-            double *ds = malloc(sizeof(double) * iters), *ls = malloc(sizeof(double) * iters);
+            double *ds = malloc(sizeof(double) * iters), *ls = malloc(sizeof(double) * iters),
+                   *pls = malloc(sizeof(double) * iters);
             for (int i = -5; i < iters; i++) {
                 double t0 = now_us();
                 int64_t ctx;
@@ -271,23 +363,27 @@ int main(int argc, char **argv) {
                 mpr_scope_end();
                 mpr_dist_context_end(ctx);
                 double t1 = now_us();
-                mpr_scope_begin();
-                mpr_optimizer_zero_grad(lopt);
-                mpr_tensor_t *ll = mpr_cross_entropy(mpr_module_forward(ps_model, x), y);
-                if ((e = mpr_backward(ll, NULL, false)) || (e = mpr_optimizer_step(lopt))) die("local ps step", e);
-                mpr_scope_end();
-                double t2 = now_us();
+                double local_here = local_ps_step(ps_model, lopt, x, y);
+                mpr_value_t *lr = NULL;
+                double local_on_ps = 0;
+                if ((e = mpr_rpc_sync(mpr_to_rank(1), "ps_local_step", NULL, 60, &lr)) ||
+                    (e = mpr_value_get_double(lr, &local_on_ps)))
+                    die("ps_local_step", e);
+                mpr_value_release(lr);
                 if (i >= 0) {
                     ds[i] = t1 - t0;
-                    ls[i] = t2 - t1;
+                    ls[i] = local_here;
+                    pls[i] = local_on_ps;
                 }
             }
-            double dm = median(ds, iters), lm = median(ls, iters);
+            double dm = median(ds, iters), lm = median(pls, iters), tm = median(ls, iters);
             printf("{\"name\":\"ps_mlp_step\",\"batch\":%d,\"median_us\":%.1f,\"samples_per_s\":%.0f,"
-                   "\"local_median_us\":%.1f,\"ratio_vs_local\":%.3f,\"blas_core\":\"%s\"}\n",
-                   batch, dm, batch / dm * 1e6, lm, dm / lm, mpr_blas_kernels());
+                   "\"local_median_us\":%.1f,\"ratio_vs_local\":%.3f,\"trainer_local_median_us\":%.1f,"
+                   "\"ratio_vs_trainer_local\":%.3f,\"blas_core\":\"%s\"}\n",
+                   batch, dm, batch / dm * 1e6, lm, dm / lm, tm, dm / tm, mpr_blas_kernels());
             free(ds);
             free(ls);
+            free(pls);
             mpr_value_release(xargs);
             mpr_dist_optimizer_destroy(dopt);
             mpr_optimizer_destroy(lopt);
@@ -299,13 +395,21 @@ int main(int argc, char **argv) {
         for (int s = 0; s < 2; s++)
             printf("{\"name\":\"dist_autograd_step\",\"n\":%d,\"median_us\":%.1f,\"local_median_us\":%.1f,"
                    "\"ratio_vs_local\":%.3f,\"noop_round_trips\":%.2f,\"forward_median_us\":%.1f,"
-                   "\"backward_median_us\":%.1f,\"blas_core\":\"%s\"}\n",
+                   "\"backward_median_us\":%.1f,\"trainer_local_median_us\":%.1f,\"ratio_vs_trainer_local\":%.3f,"
+                   "\"blas_core\":\"%s\"}\n",
                    sizes[s], step_med[s], local_med[s], step_med[s] / local_med[s], step_med[s] / noop_med,
-                   fwd_med[s], bwd_med[s], mpr_blas_kernels());
+                   fwd_med[s], bwd_med[s], trainer_local_med[s], step_med[s] / trainer_local_med[s],
+                   mpr_blas_kernels());
         fflush(stdout);
     }
     quiet_barrier();
     mpr_shutdown(true);
     mpr_module_destroy(ps_model);
+    mpr_optimizer_destroy(twin_opt);
+    mpr_module_destroy(twin_model);
+    mpr_tensor_release(twin_x);
+    mpr_tensor_release(twin_y);
+    mpr_tensor_release(peer_w[0]);
+    mpr_tensor_release(peer_w[1]);
     return 0;
 }
