@@ -48,13 +48,16 @@ mpr_tensor_t *mpr_cross_entropy_ex(mpr_tensor_t *logits, mpr_tensor_t *target,
 mpr_tensor_t *mpr_mse_loss(mpr_tensor_t *input, mpr_tensor_t *target);
 
 /* weight: [V, D]; indices: any shape [*] int64 in [0, V). Result [*, D]; the
- * gradient scatters (adds) into the rows of weight that were used. */
+ * gradient scatters (adds) into the rows of weight that were used. A weight
+ * on a CUDA device takes indices on the CPU or on that device (as
+ * index_select and gather do). */
 mpr_tensor_t *mpr_embedding(mpr_tensor_t *weight, mpr_tensor_t *indices);
 
 /* Inverted dropout: when training and p > 0, each element is zeroed with
  * probability p and the others scaled by 1/(1-p); the mask is drawn from
  * `gen` (NULL: the default generator). When !training or p == 0 the result is
- * x itself (a new reference, no copy). p in [0, 1]; p == 1 gives zeros. */
+ * x itself (a new reference, no copy). p in [0, 1]; p == 1 gives zeros. On a
+ * CUDA device the mask is the one the CPU would draw from the same state. */
 mpr_tensor_t *mpr_dropout(mpr_tensor_t *x, double p, bool training, mpr_generator_t *gen);
 
 /* xs: n >= 1 tensors of the same ndim and dtype whose shapes agree except in

@@ -2,7 +2,9 @@
  * state checkpoints, and learning-rate schedulers.
  *
  * An optimizer (opaque mpr_optimizer_t) holds references to its parameters
- * (leaf float tensors, contiguous, CPU) and its per-parameter state (step
+ * (leaf float tensors, contiguous, on the CPU or, built with -DMPIRPC_CUDA=ON,
+ * on a CUDA device: a parameter's state lives on its device and is updated
+ * there, bit for bit as on the CPU) and its per-parameter state (step
  * count, momentum / moment buffers, ...). step() updates each parameter IN
  * PLACE under no-grad mode, so the storage version counter is bumped (a graph
  * that saved a parameter before the step cannot be run backward after it, as
@@ -68,7 +70,7 @@ void mpr_optim_options_default(const char *kind, mpr_optim_options_t *out);
  * < 0, alpha < 0, lr_decay < 0, initial_accumulator_value < 0, a beta outside
  * [0, 1), nesterov without momentum or with dampening; the message names the
  * value as PyTorch's "Invalid ... value"), MPR_ERR_DTYPE / INVALID_ARG for a
- * parameter that is not a contiguous CPU float tensor. */
+ * parameter that is not a contiguous float tensor. */
 mpr_optimizer_t *mpr_optimizer_create(const char *kind, mpr_tensor_t *const *params, int n,
                                       const mpr_optim_options_t *opts);
 /* "sgd", ... (the kind given at create; static string). */
@@ -95,9 +97,9 @@ mpr_optimizer_t *mpr_sgd_create(mpr_tensor_t *const *params, int n, const mpr_sg
 /* One update from each parameter's .grad. */
 mpr_err_t mpr_optimizer_step(mpr_optimizer_t *opt);
 /* One update from grads[i] for params[i] (borrowed; NULL entries skip that
- * parameter). Each grad must match its parameter's shape and dtype and be a
- * CPU tensor (any strides); otherwise nothing changes (MPR_ERR_SHAPE /
- * MPR_ERR_INVALID_ARG). A parameter's state is created on its first step
+ * parameter). Each grad must match its parameter's shape and dtype and be on
+ * its device (any strides); otherwise nothing changes (MPR_ERR_SHAPE /
+ * MPR_ERR_INVALID_ARG naming both devices). A parameter's state is created on its first step
  * with a gradient. */
 mpr_err_t mpr_optimizer_step_grads(mpr_optimizer_t *opt, mpr_tensor_t *const *grads, int n);
 /* Drop every parameter's .grad (set_to_none). */
@@ -122,13 +124,15 @@ const char *mpr_optimizer_name(const mpr_optimizer_t *opt);
  * (as load_state_dict overwrites param_groups' hyperparameters), so a run
  * restored after step k continues bit-identically to one that never stopped. */
 
-/* Add the state entries to `d` (tensors are copies, owned by d; names get
+/* Add the state entries to `d` (tensors are CPU copies whatever the
+ * parameters' device, owned by d; names get
  * `prefix` in front, NULL or "" for none, e.g. "optim." to keep them apart
  * from a model's parameters in one file). */
 mpr_err_t mpr_optimizer_state_export(const mpr_optimizer_t *opt, mpr_tensor_dict_t *d,
                                      const char *prefix);
 /* Replace the optimizer's state with the entries of `d` under `prefix` (d
- * borrowed; values copied). The kind must match and every buffer must have
+ * borrowed; values copied to each parameter's device). The kind must match
+ * and every buffer must have
  * its parameter's shape and dtype; a parameter index >= num_params, an
  * unknown key or an option that fails validation is an error. Nothing
  * changes unless everything checks out. */
