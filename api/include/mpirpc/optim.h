@@ -125,17 +125,16 @@ const char *mpr_optimizer_name(const mpr_optimizer_t *opt);
  * restored after step k continues bit-identically to one that never stopped. */
 
 /* Add the state entries to `d` (tensors are CPU copies whatever the
- * parameters' device, owned by d; names get
- * `prefix` in front, NULL or "" for none, e.g. "optim." to keep them apart
- * from a model's parameters in one file). */
+ * parameters' device, owned by d; names get `prefix` in front, NULL or ""
+ * for none, e.g. "optim." to keep them apart from a model's parameters in
+ * one file). */
 mpr_err_t mpr_optimizer_state_export(const mpr_optimizer_t *opt, mpr_tensor_dict_t *d,
                                      const char *prefix);
 /* Replace the optimizer's state with the entries of `d` under `prefix` (d
  * borrowed; values copied to each parameter's device). The kind must match
- * and every buffer must have
- * its parameter's shape and dtype; a parameter index >= num_params, an
- * unknown key or an option that fails validation is an error. Nothing
- * changes unless everything checks out. */
+ * and every buffer must have its parameter's shape and dtype; a parameter
+ * index >= num_params, an unknown key or an option that fails validation is
+ * an error. Nothing changes unless everything checks out. */
 mpr_err_t mpr_optimizer_state_import(mpr_optimizer_t *opt, const mpr_tensor_dict_t *d,
                                      const char *prefix);
 /* export into a new .safetensors file at `path`, written atomically (a
