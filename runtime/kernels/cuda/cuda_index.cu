@@ -13,28 +13,30 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// y[o, j, i] = x[o, idx[j], i]  (index_select);  y[o, j, i] = x[o, idx[o, j, i], i]  (gather)
+// Where output element e = (o, j, i) of [outer, k, inner] reads x, in x's
+// [outer, n, inner]: row idx[j] (index_select) or idx[e] (gather).
+template <bool GATHER>
+__device__ inline int64_t source_offset(int64_t e, const int64_t *idx, int64_t n, int64_t k, int64_t inner) {
+    int64_t i = e % inner, j = (e / inner) % k, o = e / (inner * k);
+    return (o * n + (GATHER ? idx[e] : idx[j])) * inner + i;
+}
+
+// y[e] = x[source of e]
 template <typename T, bool GATHER>
 __global__ void index_fwd_kernel(const T *x, const int64_t *idx, T *y, int64_t outer, int64_t n, int64_t k,
                                  int64_t inner) {
     int64_t total = outer * k * inner;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = e % inner, j = (e / inner) % k, o = e / (inner * k);
-        int64_t row = GATHER ? idx[e] : idx[j];
-        y[e] = x[(o * n + row) * inner + i];
-    }
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        y[e] = x[source_offset<GATHER>(e, idx, n, k, inner)];
 }
 
-// gx[o, idx[...], i] += gy[o, j, i]
+// gx[source of e] += gy[e]
 template <typename T, bool GATHER>
 __global__ void index_bwd_kernel(const T *gy, const int64_t *idx, T *gx, int64_t outer, int64_t n, int64_t k,
                                  int64_t inner) {
     int64_t total = outer * k * inner;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = e % inner, j = (e / inner) % k, o = e / (inner * k);
-        int64_t row = GATHER ? idx[e] : idx[j];
-        atomicAdd(&gx[(o * n + row) * inner + i], gy[e]);
-    }
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x)
+        atomicAdd(&gx[source_offset<GATHER>(e, idx, n, k, inner)], gy[e]);
 }
 
 template <bool GATHER>
