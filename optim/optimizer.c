@@ -10,10 +10,11 @@
  * the CUDA backend, on a CUDA device (checked at creation); a parameter's
  * slot buffers live on its device and its gradients must too (a CUDA
  * parameter is updated by the algorithm's device kernel, mpri_optim_cuda.h,
- * on the default stream, after the ops that made its gradient); an optimizer holds one reference to each parameter for its
- * whole life; step runs with grad mode off (restored afterwards) and hands
- * the algorithm only gradients that match their parameter's shape and dtype
- * and are contiguous; a failed validation changes no parameter. State
+ * on the default stream, after the ops that made its gradient); an
+ * optimizer holds one reference to each parameter for its whole life; step
+ * runs with grad mode off (restored afterwards) and hands the algorithm only
+ * gradients that match their parameter's shape and dtype and are
+ * contiguous; a failed validation changes no parameter. State
  * buffers are created for every parameter with a gradient before any
  * parameter is updated, so an allocation failure changes nothing either. */
 #include <stdlib.h>
@@ -92,7 +93,8 @@ static mpr_err_t ensure_slots(mpr_optimizer_t *opt, int i) {
         int64_t n = mpr_tensor_numel(t);
         if (device >= 0) {
             const mpri_backend_t *be = mpri_backend_for(vt->name, device);
-            mpr_err_t e = be ? be->fill(device, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides, init)
+            mpr_err_t e = be ? MPRI_BK(be, fill, device, t->dtype, t->ndim, t->shape, mpr_tensor_data(t), t->strides,
+                                       init)
                              : mpr_last_error_code();
             if (e != MPR_OK) {
                 mpr_tensor_release(t);
