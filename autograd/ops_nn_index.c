@@ -8,11 +8,10 @@
  * reads the index on the host (a device index is copied back for it).
  *
  * Invariants: index tensors are int64 and every value is checked to lie in
- * range before any output is written; the saved index is on the input's
- * device; the index tensor is saved for backward
- * (its version is checked like any saved tensor); backward scatter-adds so
- * repeated indices accumulate, and the gradient of the indexed input is dense
- * (same shape as the input). gather with an index smaller than the input in
+ * range before any output is written; the index tensor is saved for backward,
+ * on the input's device (asserted there; its version is checked like any
+ * saved tensor); backward scatter-adds so repeated indices accumulate, and
+ * the gradient of the indexed input is dense (same shape as the input). gather with an index smaller than the input in
  * the other dims narrows the input first (views with their own backward). */
 #include "mpri_args.h"
 #include "mpri_nn_ops.h"
@@ -44,6 +43,7 @@ static mpr_err_t index_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_t
     if (!idx) return mpr_last_error_code();
     if (!mpri_node_needs_grad(n, 0)) return MPR_OK;
     const mpri_tensor_meta_t *m = &n->in_meta[0];
+    MPRI_ASSERT(idx->storage->device == m->device, "the saved index is on the indexed input's device");
     int dim = MPRI_NODE_STATE(n, mpri_ctx_dim_t)->dim;
     bool gather = is_gather(n->def);
     int64_t outer, inner;

@@ -231,7 +231,10 @@ static mpr_module_t *make_affine(const mpr_value_t *args, int device, void *user
     const int64_t shapes[2][2] = {{out, in}, {out, 0}};
     for (int k = 0; k < 2 && !e; k++) {
         mpr_tensor_t *cpu = mpr_tensor_empty(MPR_F32, 2 - k, shapes[k]);
-        if (!cpu) return NULL;
+        if (!cpu) {
+            e = mpr_last_error_code();
+            break;
+        }
         float *d = mpr_tensor_data(cpu);
         for (int64_t i = 0; i < mpr_tensor_numel(cpu); i++) d[i] = 0.5f * (float)sin((double)(seed + k) + 0.37 * (double)i);
         mpr_tensor_t *on = leaf_on(cpu, device, true);

@@ -124,7 +124,7 @@ static void test_trajectories_on_gpu(void **state) {
     assert_int_equal(bad, 0);
 }
 
-/* Steps [from, to) of case `cs` (f32) on opt's parameters ps. */
+/* Steps [from, to) of the reference gradients (f32), moved to `device`, on opt. */
 static void steps(mpr_optimizer_t *opt, int device, int from, int to) {
     mpr_tensor_t *gs[OT_NP], *gd[OT_NP];
     for (int s = from; s < to; s++) {
