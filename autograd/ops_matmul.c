@@ -45,12 +45,18 @@ static bool tensor_operand(const mpr_tensor_t *t, gemm_operand_t *op) {
 static mpr_err_t matmul_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *a = mpri_node_saved(n, 0), *b = mpri_node_saved(n, 1);
     if (!a || !b) return mpr_last_error_code();
-    mpr_tensor_t *g = gout[0];
+    /* A gradient BLAS cannot take as it is (a broadcast one, from sum or
+     * mean) is made contiguous once here, not by each of the two products. */
+    gemm_operand_t og;
+    mpr_tensor_t *g = tensor_operand(gout[0], &og) ? mpr_tensor_retain(gout[0]) : mpri_contiguous_raw(gout[0]);
+    if (!g) return mpr_last_error_code();
+    mpr_err_t e = MPR_OK;
     if (mpri_node_needs_grad(n, 0) && !(gin[0] = mpri_sum_to(mpr_matmul(g, mpr_transpose(b, -1, -2)), a)))
-        return mpr_last_error_code();
-    if (mpri_node_needs_grad(n, 1) && !(gin[1] = mpri_sum_to(mpr_matmul(mpr_transpose(a, -1, -2), g), b)))
-        return mpr_last_error_code();
-    return MPR_OK;
+        e = mpr_last_error_code();
+    if (!e && mpri_node_needs_grad(n, 1) && !(gin[1] = mpri_sum_to(mpr_matmul(mpr_transpose(a, -1, -2), g), b)))
+        e = mpr_last_error_code();
+    mpr_tensor_release(g);
+    return e;
 }
 static const mpri_op_def_t matmul_def = {.name = "matmul", .backward = matmul_backward};
 

@@ -117,7 +117,10 @@ mpr_err_t mpri_pending_add_call(uint64_t id, mpr_future_t *f, int64_t deadline_n
     e->started_ns = now;
     e->function_id = function_id;
     e->dst = dst;
-    snprintf(e->label, sizeof e->label, "%s", label ? label : "request");
+    if (!label) label = "request";
+    size_t label_len = strnlen(label, sizeof e->label - 1); /* truncated as snprintf would, at less cost */
+    memcpy(e->label, label, label_len);
+    e->label[label_len] = '\0';
     entry_t **b = &table.buckets[id % NBUCKETS];
     e->next = *b;
     *b = e;

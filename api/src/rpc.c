@@ -37,8 +37,10 @@ mpr_future_t *mpri_rpc_async_sent(mpr_dest_t to, const char *fn, const mpr_value
         mpri_rref_encode_end(mark, false);
         return failed_future(e);
     }
-    char label[80];
-    snprintf(label, sizeof label, "rpc '%.60s'", fn);
+    char label[80] = "rpc '"; /* "rpc '<fn, at most 60 chars>'", without printf's cost on every call */
+    size_t fn_len = strnlen(fn, 60);
+    memcpy(label + 5, fn, fn_len);
+    memcpy(label + 5 + fn_len, "'", 2);
     mpr_future_t *f = mpri_request(rank, &m, timeout_s, label);
     mpri_rref_encode_end(mark, m.left);
     *left = m.left;

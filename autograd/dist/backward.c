@@ -127,6 +127,10 @@ typedef struct piece {
      * context's map without a copy at most once (piece_sink), then NULL. */
     mpr_tensor_t **wire;
     int n_wire;
+    /* The run's graph task, kept from the run's end to piece_fini: a piece
+     * begun by a request is answered first, then its task is destroyed
+     * (the requester does not wait for the node and buffer releases). */
+    mpri_graph_task_t *task;
 } piece_t;
 
 static _Thread_local piece_t *running_piece;
@@ -144,6 +148,7 @@ static mpr_err_t piece_init(piece_t *p, mpri_dist_ctx_t *ctx, uint64_t pass_id, 
 
 static void piece_fini(piece_t *p) {
     MPRI_ASSERT(mpr_future_done(p->result), "a piece is finished only after DONE");
+    mpri_graph_task_destroy(p->task);
     for (int i = 0; i < p->n_reqs; i++) mpr_future_release(p->reqs[i]);
     free(p->reqs);
     mpr_value_release(p->answers);
@@ -383,7 +388,8 @@ static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t 
     running_piece = outer;
     char detail[MPR_ERROR_TEXT_MAX];
     if (e) snprintf(detail, sizeof detail, "%s", mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(e));
-    mpri_graph_task_destroy(task);
+    MPRI_ASSERT(!p->task, "a piece runs once");
+    p->task = task; /* destroyed by piece_fini */
     p->sealed = true;
     if (e) piece_fail(p, e, detail);
 }
@@ -636,6 +642,10 @@ static bool piece_wake(void *arg) {
  * thread hand-off between a reply and the piece. */
 static void piece_wait(piece_t *p) {
     MPRI_ASSERT(p->sealed || piece_done(p), "a piece waits only after its run returned");
+    if (p->n_reqs == 0) { /* nothing to wait for (a leaf piece): no waiter place */
+        if (!piece_done(p)) piece_succeed(p);
+        return;
+    }
     waiter_enter(p->ctx);
     while (!piece_done(p) && p->n_taken < p->n_reqs) {
         mpr_future_t *f = piece_take_answered(p);
