@@ -56,6 +56,7 @@ typedef struct config {
     double lr;
     const char *model; /* option value: cnn | mlp-deep */
     const char *schedule_name; /* option value: gpipe | 1f1b */
+    const char *bind_stages;   /* option value: auto | off */
     pipeline_schedule_t schedule;
     const char *kind;  /* fmnist_models.h kind */
     app_common_t common;
@@ -69,7 +70,7 @@ static void usage_error(const char *prog, const char *msg) {
 static void parse(int argc, char **argv, config_t *c) {
     *c = (config_t){.stages = 0, .micro = 4, .batch = 64, .epochs = 1, .metrics_every = 50, .keep = 2,
                     .threads = 8, .reps = 5, .lr = 0.05, .model = "cnn",
-                    .schedule_name = "gpipe"};
+                    .schedule_name = "gpipe", .bind_stages = "auto"};
     app_option_t opts[] = {
         {"stages", APP_OPT_INT, &c->stages, 0, 64, NULL, "pipeline stages, one rank each (0: every rank but the driver)"},
         {"micro-batches", APP_OPT_INT, &c->micro, 1, 60000, NULL, "micro-batches per mini-batch (must divide --batch)"},
@@ -86,6 +87,9 @@ static void parse(int argc, char **argv, config_t *c) {
         {"keep", APP_OPT_INT, &c->keep, 1, 1000, NULL, "checkpoints kept"},
         {"threads", APP_OPT_INT, &c->threads, 1, 256, NULL, "RPC worker threads per rank"},
         {"profile-reps", APP_OPT_INT, &c->reps, 0, 1000, NULL, "timed runs per stage for the stage times (0: none)"},
+        {"bind-stages", APP_OPT_CHOICE, &c->bind_stages, 0, 0, "auto|off",
+         "auto: a stage rank the launcher left free to use several cores is bound to a core of its own "
+         "(the driver is not); off: keep the launcher's placement"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
     c->kind = strcmp(c->model, "cnn") == 0 ? "tutorial-cnn" : c->model;
@@ -102,6 +106,28 @@ static void parse(int argc, char **argv, config_t *c) {
                  (long long)c->batch);
         usage_error(argv[0], msg);
     }
+}
+
+/* --bind-stages auto (collective: every rank calls it after mpr_init): each
+ * stage rank on a core of its own unless the launcher bound it already
+ * (app_bind_compute_rank says why); the driver says where they went. */
+static void bind_stages(const config_t *c, int rank, int world) {
+    if (strcmp(c->bind_stages, "off") == 0) return;
+    int core = -1;
+    char what[160];
+    if (app_bind_compute_rank(rank >= 1 && rank <= c->stages, &core, what, sizeof what))
+        fprintf(stderr, "pipeline: --bind-stages on rank %d: %s\n", rank, mpr_last_error());
+    int *cores = rank == 0 ? malloc(sizeof *cores * (size_t)world) : NULL;
+    MPI_Gather(&core, 1, MPI_INT, cores, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!cores) return;
+    char line[512];
+    int n = 0;
+    for (int r = 1; r < world && n < (int)sizeof line; r++)
+        if (cores[r] >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "%sstage%d core %d", n ? ", " : "", r, cores[r]);
+    if (n > 0)
+        fprintf(stderr, "pipeline: stage ranks bound to cores (%s); --bind-stages off keeps the "
+                        "launcher's placement\n", line);
+    free(cores);
 }
 
 /* ------------------------------------------------------------ the driver */
@@ -459,8 +485,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "pipeline: %d ranks give %lld stages but model %s has %d layers to split: pass --stages %d "
                             "or fewer (try --help)\n", world, (long long)cfg.stages, cfg.model, groups, groups);
         rc = 2;
-    } else if (rank == 0) {
-        run_driver(&cfg);
+    } else {
+        bind_stages(&cfg, rank, world);
+        if (app_print_placement(&cfg.common, NULL)) fprintf(stderr, "pipeline: %s\n", mpr_last_error());
+        if (rank == 0) run_driver(&cfg);
     }
     mpr_shutdown(true);
     return rc;
