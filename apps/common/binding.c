@@ -9,9 +9,10 @@
  * stage's compute, while the waker waits for a core. With the two stages of
  * the pipeline app and its driver on 2 cores (mpirun --bind-to none, or Open
  * MPI's default socket binding for more than 2 ranks), a backward request
- * from stage 2 reached stage 1 after 1.2-1.8 ms (median) and 0.13-0.17 ms
- * with each stage on its own core; a mini-batch (S = 2, M = 8) took ~10%
- * less. A stage's threads mostly wait, so sharing its core with them costs
+ * from stage 2 reached stage 1 after a median 1.2-1.8 ms, and 0.07-0.74 ms
+ * with each stage bound to a core of its own; a mini-batch (S = 2, M = 8)
+ * took 0.852x the time (median of 10 alternated pairs, every pair faster).
+ * A stage's other threads mostly wait, so sharing its core with them costs
  * little.
  *
  * Which core: the i-th core (hwloc's order) of those the process may use,
