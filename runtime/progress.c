@@ -215,6 +215,26 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         return;
     }
     e = mpri_tensor_descs_decode_spans(&r, n, msg->tensors, msg->plan->spans, &msg->placement);
+    bool inline_data = (msg->hdr.flags & MPRI_FLAG_TENSORS_INLINE) != 0;
+    size_t inline_bytes = 0;
+    for (uint32_t i = 0; !e && inline_data && i < n; i++) inline_bytes += msg->plan->spans[i].nbytes;
+    if (!e && inline_data && r.left == inline_bytes) {
+        /* The tensors' bytes came inside the message (mpri_wire.h): copied
+         * into the tensors just made, and the message is complete. */
+        const uint8_t *from = r.p;
+        for (uint32_t i = 0; i < n; i++) {
+            const mpri_tensor_span_t *sp = &msg->plan->spans[i];
+            if (sp->nbytes) memcpy(sp->data, from, sp->nbytes);
+            from += sp->nbytes;
+        }
+        mpri_batch_scratch_fini(msg->plan);
+        free(msg->plan);
+        msg->plan = NULL;
+        free(msg->reqs);
+        msg->reqs = NULL;
+        mpri_dispatch(msg);
+        return;
+    }
     if (!e && r.left != 0) {
         for (uint32_t i = 0; i < n; i++) {
             mpr_tensor_release(msg->tensors[i]);
@@ -222,7 +242,9 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         }
         free(msg->placement);
         msg->placement = NULL;
-        e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
+        e = inline_data ? mpr_error_set(MPR_ERR_DECODE, "%zu bytes of inline tensor data for tensors of %zu",
+                                        r.left, inline_bytes)
+                        : mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
     }
     if (e) {
         reject_incoming(msg, true, e);

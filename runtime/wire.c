@@ -39,9 +39,14 @@ mpr_err_t mpri_wire_header_read(const void *data, size_t len, mpri_wire_header_t
                              len - sizeof *out);
     if (out->tensor_count > MPRI_MAX_TENSORS_PER_MESSAGE)
         return mpr_error_set(MPR_ERR_DECODE, "%u tensors in one message", out->tensor_count);
-    if (out->batch_count > out->tensor_count || (out->tensor_count > 0 && out->batch_count == 0))
+    if (out->flags & MPRI_FLAG_TENSORS_INLINE) {
+        if (out->tensor_count == 0 || out->batch_count != 0)
+            return mpr_error_set(MPR_ERR_DECODE, "inline tensor data with %u tensors and %u batches",
+                                 out->tensor_count, out->batch_count);
+    } else if (out->batch_count > out->tensor_count || (out->tensor_count > 0 && out->batch_count == 0)) {
         return mpr_error_set(MPR_ERR_DECODE, "%u tensor batches for %u tensors", out->batch_count,
                              out->tensor_count);
+    }
     return MPR_OK;
 }
 
