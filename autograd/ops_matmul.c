@@ -42,6 +42,46 @@ static bool tensor_operand(const mpr_tensor_t *t, gemm_operand_t *op) {
 
 /* ----------------------------------------------------------------- matmul */
 
+/* The backward of a 2-D product a [n, k] @ b [k, m] with g [n, m] (a BLAS
+ * operand): ga = g b^T and gb = a^T g, each one gemm into a new tensor with
+ * the transpositions as BLAS flags (no transposed views, no batch logic: a
+ * small product's backward was mostly that bookkeeping). Results are
+ * registered in the engine's scope. False: not this case (the general path
+ * runs); errors are returned through *e. */
+static bool matmul_backward_2d(mpri_node_t *n, mpr_tensor_t *a, mpr_tensor_t *b, mpr_tensor_t *g,
+                               const gemm_operand_t *og, mpr_tensor_t **gin, mpr_err_t *e) {
+    gemm_operand_t oa, ob;
+    if (a->ndim != 2 || b->ndim != 2 || g->ndim != 2 || !tensor_operand(a, &oa) || !tensor_operand(b, &ob))
+        return false;
+    int64_t rows = a->shape[0], inner = a->shape[1], cols = b->shape[1];
+    if (rows <= 0 || inner <= 0 || cols <= 0 || b->shape[0] != inner || g->shape[0] != rows || g->shape[1] != cols)
+        return false;
+    const mpri_backend_t *B = mpri_backend_of("matmul backward", 3, (mpr_tensor_t *[]){a, b, g});
+    if (!B) {
+        *e = mpr_last_error_code();
+        return true;
+    }
+    int dev = a->storage->device;
+    *e = MPR_OK;
+    if (mpri_node_needs_grad(n, 0)) { /* ga [rows, inner] = g [rows, cols] @ b^T */
+        mpr_tensor_t *ga = mpri_result(mpri_empty_on(dev, a->dtype, 2, a->shape));
+        if (!ga) *e = mpr_last_error_code();
+        else
+            *e = MPRI_BK(B, gemm, dev, a->dtype, og->trans, !ob.trans, rows, inner, cols, 1.0, mpr_tensor_data(g),
+                         og->ld, mpr_tensor_data(b), ob.ld, 0.0, mpr_tensor_data(ga), inner);
+        gin[0] = *e ? NULL : ga;
+    }
+    if (!*e && mpri_node_needs_grad(n, 1)) { /* gb [inner, cols] = a^T @ g */
+        mpr_tensor_t *gb = mpri_result(mpri_empty_on(dev, b->dtype, 2, b->shape));
+        if (!gb) *e = mpr_last_error_code();
+        else
+            *e = MPRI_BK(B, gemm, dev, a->dtype, !oa.trans, og->trans, inner, cols, rows, 1.0, mpr_tensor_data(a),
+                         oa.ld, mpr_tensor_data(g), og->ld, 0.0, mpr_tensor_data(gb), cols);
+        gin[1] = *e ? NULL : gb;
+    }
+    return true;
+}
+
 static mpr_err_t matmul_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *a = mpri_node_saved(n, 0), *b = mpri_node_saved(n, 1);
     if (!a || !b) return mpr_last_error_code();
@@ -51,6 +91,11 @@ static mpr_err_t matmul_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_
     mpr_tensor_t *g = tensor_operand(gout[0], &og) ? mpr_tensor_retain(gout[0]) : mpri_contiguous_raw(gout[0]);
     if (!g) return mpr_last_error_code();
     mpr_err_t e = MPR_OK;
+    tensor_operand(g, &og);
+    if (matmul_backward_2d(n, a, b, g, &og, gin, &e)) {
+        mpr_tensor_release(g);
+        return e;
+    }
     if (mpri_node_needs_grad(n, 0) && !(gin[0] = mpri_sum_to(mpr_matmul(g, mpr_transpose(b, -1, -2)), a)))
         e = mpr_last_error_code();
     if (!e && mpri_node_needs_grad(n, 1) && !(gin[1] = mpri_sum_to(mpr_matmul(mpr_transpose(a, -1, -2), g), b)))

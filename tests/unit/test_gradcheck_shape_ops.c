@@ -88,6 +88,8 @@ static mpr_tensor_t *f_mm(mpr_tensor_t **in, void *c) { return mpr_matmul(in[0],
 static mpr_tensor_t *f_mm_tt(mpr_tensor_t **in, void *c) {
     return mpr_matmul(mpr_transpose(in[0], 0, 1), mpr_transpose(in[1], 0, 1));
 }
+/* The product's gradient arrives as a transposed view (a BLAS operand with the Trans flag). */
+static mpr_tensor_t *f_mm_out_t(mpr_tensor_t **in, void *c) { return mpr_transpose(mpr_matmul(in[0], in[1]), 0, 1); }
 static mpr_tensor_t *f_linear(mpr_tensor_t **in, void *c) { return mpr_linear(in[0], in[1], in[2]); }
 static mpr_tensor_t *f_linear_nob(mpr_tensor_t **in, void *c) { return mpr_linear(in[0], in[1], NULL); }
 static mpr_tensor_t *f_linear_tw(mpr_tensor_t **in, void *c) {
@@ -103,6 +105,16 @@ static void check_mm(const char *name, gc_fn f, int na, const int64_t *sa, int n
 static void test_matmul(void **state) {
     check_mm("mm 2d", f_mm, MPR_SHAPE(3, 4), MPR_SHAPE(4, 5));
     check_mm("mm transposed views", f_mm_tt, MPR_SHAPE(4, 3), MPR_SHAPE(5, 4));
+    check_mm("mm, gradient transposed", f_mm_out_t, MPR_SHAPE(3, 4), MPR_SHAPE(4, 5));
+    { /* only one side requires grad: the other gets no product */
+        mpr_tensor_t *in[2] = {gc_input(MPR_SHAPE(3, 4), 3), gc_input(MPR_SHAPE(4, 5), 4)};
+        assert_int_equal(mpr_set_requires_grad(in[0], false), MPR_OK);
+        assert_true(gradcheck("mm, b only", f_mm, NULL, 2, in, NULL));
+        assert_int_equal(mpr_set_requires_grad(in[0], true), MPR_OK);
+        assert_int_equal(mpr_set_requires_grad(in[1], false), MPR_OK);
+        assert_true(gradcheck("mm, a only", f_mm, NULL, 2, in, NULL));
+        gc_release(2, in);
+    }
     check_mm("bmm", f_mm, MPR_SHAPE(2, 3, 4), MPR_SHAPE(2, 4, 5));
     check_mm("batch @ 2d", f_mm, MPR_SHAPE(2, 3, 4), MPR_SHAPE(4, 5));
     check_mm("2d @ batch", f_mm, MPR_SHAPE(3, 4), MPR_SHAPE(2, 4, 5));
