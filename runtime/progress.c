@@ -12,6 +12,9 @@
  *   waiter sees its reply at once). Only non-blocking
  *   MPI calls are made in a poll (Improbe, Mrecv of a matched message,
  *   Irecv, Isend, Test*).
+ * - A message whose tensors came inside it (MPRI_FLAG_TENSORS_INLINE) is
+ *   complete when its header is: their bytes are copied into the tensors
+ *   and it is dispatched in the same poll, with no receive posted.
  * - The data receives of a message with more than POST_LOCKED_MAX_BYTES of
  *   tensors are posted by the thread that matched it after it released
  *   poll_lock (Open MPI copies a batch that has already arrived inside

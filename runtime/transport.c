@@ -9,7 +9,9 @@
  *   from the tensors' own storage, except that small tensors apart in
  *   memory are packed into one buffer per message, owned like the encoded
  *   bytes (no copy of a tensor of 64 KiB or more; see
- *   mpri_tensor_batches.h).
+ *   mpri_tensor_batches.h), and that a message to another rank whose
+ *   tensors hold at most MPRI_INLINE_TENSOR_BYTES carries their bytes
+ *   itself, after the descriptors (mpri_wire.h), with no batch.
  * - msgs_sent is incremented before a message can be received anywhere and
  *   msgs_processed only after the receiver finished with it (mpri_msg_done),
  *   including any reply it sent; graceful shutdown relies on this.
@@ -463,34 +465,25 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     }
     /* The plan, packing and posting read the spans the encode noted. */
     uint32_t nbatches = nt ? mpri_batches_plan(scratch.spans, nt, scratch.starts) : 0;
-    /* A few small tensors to another rank travel inside the message
-     * (mpri_wire.h, MPRI_FLAG_TENSORS_INLINE): no batch to send, and the
-     * receiver has nothing to post. */
-    size_t inline_bytes = 0;
-    for (uint32_t i = 0; i < nt && inline_bytes <= MPRI_INLINE_TENSOR_BYTES; i++) inline_bytes += scratch.spans[i].nbytes;
-    bool inline_data = nt && dst != mpri_rt.rank && inline_bytes <= MPRI_INLINE_TENSOR_BYTES;
     if (nt) {
-        if (inline_data) {
+        mpri_tensor_descs_encode(&m->tensors, &m->wire);
+        /* A few small tensors to another rank travel inside the message
+         * (mpri_wire.h, MPRI_FLAG_TENSORS_INLINE): no batch to send, and the
+         * receiver has nothing to post. */
+        size_t inline_bytes = 0;
+        for (uint32_t i = 0; i < nt && inline_bytes <= MPRI_INLINE_TENSOR_BYTES; i++)
+            inline_bytes += scratch.spans[i].nbytes;
+        if (dst != mpri_rt.rank && inline_bytes <= MPRI_INLINE_TENSOR_BYTES &&
+            m->wire.len + inline_bytes <= MPRI_INLINE_MESSAGE_BYTES) {
             h->flags |= MPRI_FLAG_TENSORS_INLINE;
             h->data_tag = 0;
-            h->batch_count = 0;
+            h->batch_count = nbatches = 0;
+            for (uint32_t i = 0; i < nt; i++)
+                if (scratch.spans[i].nbytes) mpri_buf_put(&m->wire, scratch.spans[i].data, scratch.spans[i].nbytes);
         } else {
             unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
             h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
             h->batch_count = nbatches;
-        }
-        mpri_tensor_descs_encode(&m->tensors, &m->wire);
-        if (inline_data && m->wire.len + inline_bytes > MPRI_INLINE_MESSAGE_BYTES) { /* many descriptors */
-            inline_data = false;
-            h->flags &= (uint16_t)~MPRI_FLAG_TENSORS_INLINE;
-            unsigned c = atomic_fetch_add(&mpri_rt.data_tag_counter, 1);
-            h->data_tag = MPRI_TAG_DATA_FIRST + c % (unsigned)(mpri_rt.tag_ub - MPRI_TAG_DATA_FIRST);
-            h->batch_count = nbatches;
-        }
-        if (inline_data) {
-            for (uint32_t i = 0; i < nt; i++)
-                if (scratch.spans[i].nbytes) mpri_buf_put(&m->wire, scratch.spans[i].data, scratch.spans[i].nbytes);
-            nbatches = 0;
         }
     }
     if (m->wire.failed || m->wire.len > MPRI_MAX_MESSAGE_BYTES) {
