@@ -118,6 +118,9 @@ static void bind_stages(const config_t *c, int rank, int world) {
     if (app_bind_compute_rank(rank >= 1 && rank <= c->stages, &core, what, sizeof what))
         fprintf(stderr, "pipeline: --bind-stages on rank %d: %s\n", rank, mpr_last_error());
     int *cores = rank == 0 ? malloc(sizeof *cores * (size_t)world) : NULL;
+    int have = rank != 0 || cores != NULL;
+    MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD); /* everyone skips the gather together */
+    if (!have) return;
     MPI_Gather(&core, 1, MPI_INT, cores, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!cores) return;
     char line[512];
