@@ -11,9 +11,11 @@
  * filled by the library's own layers at their init, a fixed number of times:
  * overflowing one is a library bug (MPRI_ASSERT). mpr_init also tunes glibc's
  * trim and mmap thresholds once per process (keep_freed_memory says why and
- * how to opt out). */
+ * how to opt out), and a process whose MPI it starts ignores SIGPIPE unless
+ * something set it already (ignore_sigpipe_if_default says why). */
 #include <ctype.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +200,23 @@ static void keep_freed_memory(void) {
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
+/* A process whose MPI mpirpc starts ignores SIGPIPE when nothing else set it
+ * (its disposition is the default). Over TCP, a rank that writes to a peer
+ * that died gets EPIPE instead of being killed by the signal: otherwise that
+ * rank could die first and mpirun would name it, not the rank that failed
+ * (seen in test_two_hosts: "rank 0 ... exited on signal 13 (Broken pipe)"
+ * after rank 1 was killed). A handler or SIG_IGN the host installed, and
+ * the process of a host that started MPI itself, are left alone. */
+static void ignore_sigpipe_if_default(void) {
+    struct sigaction old;
+    if (sigaction(SIGPIPE, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return;
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, NULL);
+}
+
 mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     mpr_init_options_t opts;
     if (user_opts)
@@ -223,6 +242,7 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     mpri_rt.comm = mpri_rt.ctrl_comm = mpri_rt.barrier_comm = MPI_COMM_NULL;
     int provided = 0;
     if (!initialized) {
+        ignore_sigpipe_if_default();
         if (MPI_Init_thread(opts.argc, opts.argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Init_thread failed");
         if (!mpi_started_here) atexit(finalize_mpi_at_exit);

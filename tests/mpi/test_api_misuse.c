@@ -3,6 +3,8 @@
  * arrives; a failed call clears *result; a handler whose library call
  * returned NULL finds the error recorded (never MPR_OK), so its caller gets
  * a failure, not a silent None. Run with 2 ranks. */
+#include <signal.h>
+
 #include "mpitest.h"
 
 static mpr_err_t fn_slow_echo(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
@@ -62,6 +64,15 @@ static void test_handler_null_from_library_is_an_error(void) {
     CHECK_CONTAINS(mpr_last_error(), "mpr_relu: argument 'a' is NULL");
 }
 
+/* mpr_init started MPI here, and SIGPIPE was at its default: it is ignored
+ * now, so a write to a dead TCP peer fails instead of killing this rank
+ * (runtime/world.c). */
+static void test_sigpipe_ignored_when_mpirpc_started_mpi(void) {
+    struct sigaction sa;
+    CHECK(sigaction(SIGPIPE, NULL, &sa) == 0);
+    CHECK(!(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_IGN);
+}
+
 int main(int argc, char **argv) {
     CHECK_OK(mpr_register_function("slow_echo", fn_slow_echo, NULL));
     CHECK_OK(mpr_register_function("uses_missing_state", fn_uses_missing_state, NULL));
@@ -73,6 +84,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_rpc_future_cannot_be_completed_by_hand);
     RUN_TEST(test_failed_call_clears_result);
     RUN_TEST(test_handler_null_from_library_is_an_error);
+    RUN_TEST(test_sigpipe_ignored_when_mpirpc_started_mpi);
     MPITEST_REPORT();
     CHECK_OK(mpr_shutdown(true));
     return 0;

@@ -4,6 +4,8 @@
  * thread) exchange their own wildcard-received MPI messages on
  * MPI_COMM_WORLD. Neither side may see the other's traffic; mpirpc never
  * finalizes the host's MPI. Run with 4 ranks. */
+#include <signal.h>
+
 #include "mpitest.h"
 
 static mpr_err_t fn_square(mpr_call_ctx_t *ctx, const mpr_value_t *args, mpr_value_t **result) {
@@ -46,6 +48,8 @@ int main(int argc, char **argv) {
         opts.name = name;
         CHECK_OK(mpr_init(&opts));
         CHECK(mpr_world_size() == size / 2);
+        struct sigaction sa; /* the host started MPI: mpirpc leaves its signals alone */
+        CHECK(sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL);
         mpr_worker_info_t self;
         CHECK_OK(mpr_get_self_worker_info(&self));
         CHECK(strcmp(self.name, name) == 0);

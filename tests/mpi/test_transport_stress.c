@@ -613,6 +613,12 @@ static void run_stop(void) {
 
 int main(int argc, char **argv) {
     int provided;
+    /* This program starts MPI itself, as a host code does, so mpirpc leaves
+     * its signals alone; like mpr_init when it starts MPI (runtime/world.c),
+     * it ignores SIGPIPE: when test_two_hosts kills rank 1 over TCP, rank 0's
+     * next write fails instead of killing rank 0 first, which made mpirun
+     * name rank 0 ("exited on signal 13") instead of the rank that died. */
+    signal(SIGPIPE, SIG_IGN);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     CHECK(provided == MPI_THREAD_MULTIPLE);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
