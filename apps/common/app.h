@@ -114,14 +114,16 @@ int app_launch_rank(void);
  * nothing. */
 mpr_err_t app_print_placement(const app_common_t *common, FILE *out);
 /* After mpr_init, every rank calls this (collective over MPI_COMM_WORLD). A
- * rank with `compute` true that its launcher left free to run on several
- * cores is bound, with all its threads, to one core: the i-th it may use, i
- * its index among its host's compute ranks (round robin past the core
- * count); *core gets that core's hwloc logical index, else -1 (not a
- * compute rank, bound to one core already, or an hwloc failure: the
- * placement is kept). `what` gets a short description of what was done.
- * Errors: MPI failures only. Why and measurements: binding.c. */
-mpr_err_t app_bind_compute_rank(bool compute, int *core, char *what, size_t cap);
+ * rank with `compute` true that its launcher left free to run on more cores
+ * than its share is bound, with all its threads, to its share: an equal part
+ * of the cores it may use for each of its host's compute ranks, at least one
+ * (round robin past the core count); a host's only compute rank keeps them
+ * all. *core gets the first bound core's hwloc logical index and *ncores
+ * how many, else -1 and 0 (not a compute rank, no more cores than its share
+ * already, or an hwloc failure: the placement is kept). `what` gets a short
+ * description of what was done. Errors: MPI failures only. Why and
+ * measurements: binding.c. */
+mpr_err_t app_bind_compute_rank(bool compute, int *core, int *ncores, char *what, size_t cap);
 /* Seconds on a monotonic clock. */
 double app_now(void);
 

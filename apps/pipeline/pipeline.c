@@ -88,8 +88,8 @@ static void parse(int argc, char **argv, config_t *c) {
         {"threads", APP_OPT_INT, &c->threads, 1, 256, NULL, "RPC worker threads per rank"},
         {"profile-reps", APP_OPT_INT, &c->reps, 0, 1000, NULL, "timed runs per stage for the stage times (0: none)"},
         {"bind-stages", APP_OPT_CHOICE, &c->bind_stages, 0, 0, "auto|off",
-         "auto: a stage rank the launcher left free to use several cores is bound to a core of its own "
-         "(the driver is not); off: keep the launcher's placement"},
+         "auto: each stage rank the launcher left free gets an equal share of its host's cores, at least "
+         "one (a host's only stage keeps them all; the driver is not bound); off: keep the launcher's placement"},
         {0}};
     app_parse_options_or_exit(argc, argv, summary, opts, &c->common);
     c->kind = strcmp(c->model, "cnn") == 0 ? "tutorial-cnn" : c->model;
@@ -109,24 +109,32 @@ static void parse(int argc, char **argv, config_t *c) {
 }
 
 /* --bind-stages auto (collective: every rank calls it after mpr_init): each
- * stage rank on a core of its own unless the launcher bound it already
- * (app_bind_compute_rank says why); the driver says where they went. */
+ * stage rank on its share of the host's cores unless the launcher bound it
+ * already (app_bind_compute_rank says how and why); the driver says where
+ * they went. */
 static void bind_stages(const config_t *c, int rank, int world) {
     if (strcmp(c->bind_stages, "off") == 0) return;
-    int core = -1;
+    int mine[2] = {-1, 0}; /* first core, how many */
     char what[160];
-    if (app_bind_compute_rank(rank >= 1 && rank <= c->stages, &core, what, sizeof what))
+    if (app_bind_compute_rank(rank >= 1 && rank <= c->stages, &mine[0], &mine[1], what, sizeof what))
         fprintf(stderr, "pipeline: --bind-stages on rank %d: %s\n", rank, mpr_last_error());
-    int *cores = rank == 0 ? malloc(sizeof *cores * (size_t)world) : NULL;
+    int *cores = rank == 0 ? malloc(sizeof *cores * 2 * (size_t)world) : NULL;
     int have = rank != 0 || cores != NULL;
     MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD); /* everyone skips the gather together */
     if (!have) return;
-    MPI_Gather(&core, 1, MPI_INT, cores, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Gather(mine, 2, MPI_INT, cores, 2, MPI_INT, 0, MPI_COMM_WORLD);
     if (!cores) return;
     char line[512];
     int n = 0;
-    for (int r = 1; r < world && n < (int)sizeof line; r++)
-        if (cores[r] >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "%sstage%d core %d", n ? ", " : "", r, cores[r]);
+    for (int r = 1; r < world && n < (int)sizeof line; r++) {
+        int first = cores[2 * r], count = cores[2 * r + 1];
+        if (first < 0) continue;
+        if (count == 1)
+            n += snprintf(line + n, sizeof line - (size_t)n, "%sstage%d core %d", n ? ", " : "", r, first);
+        else
+            n += snprintf(line + n, sizeof line - (size_t)n, "%sstage%d %d cores from core %d", n ? ", " : "", r,
+                          count, first);
+    }
     if (n > 0)
         fprintf(stderr, "pipeline: stage ranks bound to cores (%s); --bind-stages off keeps the "
                         "launcher's placement\n", line);
