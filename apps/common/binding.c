@@ -37,11 +37,11 @@
 
 #include "app.h"
 
-/* Bind this process to `count` consecutive cores (hwloc's order) of those it
- * may use, starting at the `first`-th (modulo their number); its description
- * into `what`. Returns the first core's logical index (*bound: how many),
- * or -1 when the process was left as it was. */
-static int bind_to_cores(int first, int count, int *bound, char *what, size_t cap) {
+/* Bind this process to its share of the cores it may use: the `index`-th of
+ * `total` equal shares, at least one core (round robin past the core
+ * count); its description into `what`. Returns the first core's logical
+ * index (*bound: how many), or -1 when the process was left as it was. */
+static int bind_to_share(int index, int total, int *bound, char *what, size_t cap) {
     *bound = 0;
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) {
@@ -58,23 +58,24 @@ static int bind_to_cores(int first, int count, int *bound, char *what, size_t ca
     int ncores = 0;
     for (hwloc_obj_t core = NULL; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core));)
         ncores += hwloc_bitmap_intersects(core->cpuset, allowed);
-    if (ncores <= count) {
-        snprintf(what, cap, "left as launched (%d cores to use, %d for it)", ncores, count);
+    int share = total > 0 && ncores / total > 1 ? ncores / total : 1;
+    if (ncores <= share) {
+        snprintf(what, cap, "left as launched (%d cores to use, %d for it)", ncores, share);
         goto done;
     }
-    int from = first % ncores, seen = 0;
+    int from = (index * share) % ncores, seen = 0;
     hwloc_bitmap_zero(target);
     for (hwloc_obj_t core = NULL; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core));) {
         if (!hwloc_bitmap_intersects(core->cpuset, allowed)) continue;
         int at = seen++;
-        if (at < from || at >= from + count) continue;
+        if (at < from || at >= from + share) continue;
         if (chosen < 0) chosen = (int)core->logical_index;
         hwloc_bitmap_or(target, target, core->cpuset);
         (*bound)++;
     }
     hwloc_bitmap_and(target, target, allowed);
     if (chosen < 0 || hwloc_set_cpubind(topo, target, HWLOC_CPUBIND_PROCESS) != 0) {
-        snprintf(what, cap, "left as launched (binding to %d cores failed)", count);
+        snprintf(what, cap, "left as launched (binding to %d cores failed)", share);
         chosen = -1;
         *bound = 0;
     } else {
@@ -85,20 +86,6 @@ done:
     hwloc_bitmap_free(target);
     hwloc_topology_destroy(topo);
     return chosen;
-}
-
-/* How many cores this process may use (0: unknown). */
-static int usable_cores(void) {
-    hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return 0;
-    int n = 0;
-    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-    if (allowed && hwloc_topology_load(topo) == 0 && hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) == 0)
-        for (hwloc_obj_t core = NULL; (core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core));)
-            n += hwloc_bitmap_intersects(core->cpuset, allowed);
-    hwloc_bitmap_free(allowed);
-    hwloc_topology_destroy(topo);
-    return n;
 }
 
 mpr_err_t app_bind_compute_rank(bool compute, int *core, int *ncores, char *what, size_t cap) {
@@ -117,11 +104,6 @@ mpr_err_t app_bind_compute_rank(bool compute, int *core, int *ncores, char *what
     MPI_Comm_free(&host);
     if (rc != MPI_SUCCESS) return mpr_error_set(MPR_ERR_MPI, "binding: MPI_Exscan/MPI_Allreduce failed");
     if (host_rank == 0) before = 0; /* MPI_Exscan leaves the first rank's result undefined */
-    if (!compute) return MPR_OK;
-    /* An equal share of the cores for each of the host's compute ranks, at
-     * least one (round robin past the core count); the only one keeps all. */
-    int usable = usable_cores(), share = total > 0 && usable > 0 ? usable / total : 0;
-    if (share < 1) share = 1;
-    *core = bind_to_cores(before * share, share, ncores, what, cap);
+    if (compute) *core = bind_to_share(before, total, ncores, what, cap);
     return MPR_OK;
 }
