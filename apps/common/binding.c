@@ -1,6 +1,7 @@
-/* binding.c — one core per compute rank (app.h app_bind_compute_rank): a
- * rank that computes (a pipeline stage) and that its launcher left free to
- * run on several cores is bound, all its threads, to one core of its own.
+/* binding.c — cores for compute ranks (app.h app_bind_compute_rank): a rank
+ * that computes (a pipeline stage) and that its launcher left free to run on
+ * more cores than its share is bound, all its threads, to its share of its
+ * host's cores (one core each when the stages fill the host).
  *
  * Why: ranks that float over a host's cores follow each other's wake-ups.
  * Linux places a woken thread near its waker, so the thread of a stage that
