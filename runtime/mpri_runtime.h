@@ -109,6 +109,9 @@ int mpri_transport_progress_sends(int64_t now_ns);
 /* Sends in flight not yet abandoned (busy work), and abandoned ones. */
 long mpri_transport_sends_in_flight(void);
 long mpri_transport_sends_abandoned(void);
+/* Tensor data messages (batches) this rank posted to others so far: tests
+ * check that small tensors went inside their message (mpri_wire.h). */
+unsigned long long mpri_transport_batches_posted(void);
 /* For the describe functions (mpr_debug_dump): lock `m` within 200 ms, or
  * write "<what>: not listed: the lock is held (by thread <tid>)" to `out`
  * and return false. A dump must not hang on the lock of a stuck thread,

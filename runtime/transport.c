@@ -167,6 +167,7 @@ static struct {
     inflight_t *active;    /* counted in `active_count` (busy) */
     inflight_t *abandoned; /* past their give-up time */
     atomic_long active_count, abandoned_count;
+    atomic_ullong batches_posted; /* tensor data messages posted to other ranks (tests) */
     int64_t abandoned_tested_ns;
     pthread_mutex_t inbox_lock;
     mpri_msg_t *inbox_head, *inbox_tail; /* messages to ourselves */
@@ -174,6 +175,7 @@ static struct {
 
 long mpri_transport_sends_in_flight(void) { return atomic_load(&tx.active_count); }
 long mpri_transport_sends_abandoned(void) { return atomic_load(&tx.abandoned_count); }
+unsigned long long mpri_transport_batches_posted(void) { return atomic_load(&tx.batches_posted); }
 
 static void inflight_free(inflight_t *s) {
     free(s->reqs);
@@ -543,6 +545,7 @@ static mpr_err_t send_until(int dst, mpri_outmsg_t *m, int64_t give_up_ns) {
     }
     mpri_batch_scratch_fini(&scratch);
     if (batch_pack != stack_pack) free(batch_pack);
+    if (posted > 1) atomic_fetch_add_explicit(&tx.batches_posted, (unsigned long long)(posted - 1), memory_order_relaxed);
     if (posted) mpri_doorbell_ring(dst); /* an idle peer on this host wakes now, not at its next poll */
     mpr_err_t err = MPR_OK;
     if (rc != MPI_SUCCESS) {

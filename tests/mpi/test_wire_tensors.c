@@ -186,6 +186,19 @@ static void test_inline_limits(void) {
         mpr_value_release(r);
         mpr_value_release(args);
     }
+    /* The sender's choice: 2048 bytes of tensors post no data message, 2049 one. */
+    for (int64_t n = 2048; n <= 2049; n++) {
+        mpr_tensor_t *t = mpr_tensor_empty(MPR_U8, 1, &n);
+        memset(mpr_tensor_data(t), 7, (size_t)n);
+        mpr_value_t *a = mpr_value_list_of(1, mpr_value_new_tensor(t)), *back = NULL;
+        unsigned long long before = mpri_transport_batches_posted();
+        CHECK_OK(mpr_rpc_sync(mpr_to_rank(1), "echo", a, 30, &back));
+        CHECK(mpri_transport_batches_posted() - before == (n == 2048 ? 0u : 1u));
+        CHECK(mpr_value_equal(a, back));
+        mpr_value_release(back);
+        mpr_value_release(a);
+        mpr_tensor_release(t);
+    }
     /* requires_grad travels with an inline tensor */
     mpr_tensor_t *w = mpr_full(MPR_F32, 2, (int64_t[]){8, 8}, 0.5);
     CHECK_OK(mpr_set_requires_grad(w, true));
