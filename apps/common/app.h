@@ -121,7 +121,9 @@ mpr_err_t app_print_placement(const app_common_t *common, FILE *out);
  * all. *core gets the first bound core's hwloc logical index and *ncores
  * how many, else -1 and 0 (not a compute rank, no more cores than its share
  * already, or an hwloc failure: the placement is kept). `what` gets a short
- * description of what was done. Errors: MPI failures only. Why and
+ * description of what was done. Errors: MPI failures, and
+ * MPR_ERR_UNSUPPORTED when hwloc could not read or set the binding (the
+ * placement is kept and the call is still complete on every rank). Why and
  * measurements: binding.c. */
 mpr_err_t app_bind_compute_rank(bool compute, int *core, int *ncores, char *what, size_t cap);
 /* Seconds on a monotonic clock. */

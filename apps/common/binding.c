@@ -31,7 +31,8 @@
  * Invariants: collective over MPI_COMM_WORLD (every rank calls it once,
  * right after mpr_init, or none does); the binding only ever narrows the
  * process's cpuset to a subset of what it was; on any hwloc failure the
- * process keeps its placement and the failure is reported, not fatal. */
+ * process keeps its placement and the failure is returned (the caller
+ * reports it and goes on), never fatal. */
 #include <hwloc.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,19 +42,21 @@
 /* Bind this process to its share of the cores it may use: the `index`-th of
  * `total` equal shares, at least one core (round robin past the core
  * count); its description into `what`. Returns the first core's logical
- * index (*bound: how many), or -1 when the process was left as it was. */
+ * index (*bound: how many), -1 when the process was left as it was by
+ * design, -2 when hwloc failed (also left as it was). */
 static int bind_to_share(int index, int total, int *bound, char *what, size_t cap) {
     *bound = 0;
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) {
         snprintf(what, cap, "left as launched (hwloc could not start)");
-        return -1;
+        return -2;
     }
     int chosen = -1;
     hwloc_bitmap_t allowed = hwloc_bitmap_alloc(), target = hwloc_bitmap_alloc();
     if (!allowed || !target || hwloc_topology_load(topo) != 0 ||
         hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) != 0) {
         snprintf(what, cap, "left as launched (hwloc could not read the binding)");
+        chosen = -2;
         goto done;
     }
     int ncores = 0;
@@ -77,7 +80,7 @@ static int bind_to_share(int index, int total, int *bound, char *what, size_t ca
     hwloc_bitmap_and(target, target, allowed);
     if (chosen < 0 || hwloc_set_cpubind(topo, target, HWLOC_CPUBIND_PROCESS) != 0) {
         snprintf(what, cap, "left as launched (binding to %d cores failed)", share);
-        chosen = -1;
+        chosen = -2;
         *bound = 0;
     } else {
         snprintf(what, cap, "bound to %d core(s) from core %d, of the %d it could use", *bound, chosen, ncores);
@@ -105,6 +108,11 @@ mpr_err_t app_bind_compute_rank(bool compute, int *core, int *ncores, char *what
     MPI_Comm_free(&host);
     if (rc != MPI_SUCCESS) return mpr_error_set(MPR_ERR_MPI, "binding: MPI_Exscan/MPI_Allreduce failed");
     if (host_rank == 0) before = 0; /* MPI_Exscan leaves the first rank's result undefined */
-    if (compute) *core = bind_to_share(before, total, ncores, what, cap);
+    if (!compute) return MPR_OK;
+    *core = bind_to_share(before, total, ncores, what, cap);
+    if (*core == -2) {
+        *core = -1;
+        return mpr_error_set(MPR_ERR_UNSUPPORTED, "binding: %s", what);
+    }
     return MPR_OK;
 }
