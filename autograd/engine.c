@@ -526,6 +526,38 @@ static mpr_err_t run_node(mpri_graph_task_t *t, int idx) {
     return rc;
 }
 
+bool mpri_engine_sink_passthrough(const mpri_engine_opts_t *opts, mpri_node_t *node, mpr_tensor_t *const *grads,
+                                  mpr_err_t *rc) {
+    if (!opts || !opts->sink || node->n_next != node->n_outputs) return false;
+    for (int i = 0; i < node->n_next; i++) {
+        const mpri_node_t *acc = node->next[i].node;
+        if (!acc || acc->def != &mpri_accumulate_def || node->next[i].output_nr != 0) return false;
+    }
+    *rc = MPR_OK;
+    for (int i = 0; i < node->n_next && *rc == MPR_OK; i++) {
+        const mpri_node_t *acc = node->next[i].node;
+        mpr_tensor_t *g = grads[i];
+        if (!g || !acc->leaf) continue; /* no gradient, or the leaf died: dropped, as run_node does */
+        if (!meta_matches(&node->out_meta[i], g)) {
+            char s1[96], s2[96];
+            const mpri_tensor_meta_t *m = &node->out_meta[i];
+            *rc = mpr_error_set(MPR_ERR_SHAPE, "backward: gradient %s %s fed to %s, whose output is %s %s",
+                                mpr_dtype_name(g->dtype), mpr_shape_str(g->ndim, g->shape, s1, sizeof s1),
+                                node->def->name, mpr_dtype_name(m->dtype),
+                                mpr_shape_str(m->ndim, m->shape, s2, sizeof s2));
+        } else if (!meta_matches(&acc->out_meta[0], g)) {
+            *rc = mpri_err_shape2("backward", "leaf gradient shape differs from the leaf:", g, acc->leaf);
+        } else {
+            bool prev = mpr_set_grad_enabled(false);
+            mpr_scope_begin();
+            *rc = opts->sink(opts->sink_ctx, acc->leaf, g);
+            mpr_scope_end();
+            mpr_set_grad_enabled(prev);
+        }
+    }
+    return true;
+}
+
 mpr_err_t mpri_graph_task_run(mpri_graph_task_t *t, int n, const mpri_edge_t *edges,
                               mpr_tensor_t *const *grads) {
     MPRI_ASSERT(t->phase != TASK_RUNNING, "backward: graph task run re-entered (one driver per task)");

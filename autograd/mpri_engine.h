@@ -84,6 +84,16 @@ mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *task, int n, const mpri_e
  * that already ran. */
 mpr_err_t mpri_graph_task_run(mpri_graph_task_t *task, int n, const mpri_edge_t *edges,
                               mpr_tensor_t *const *grads);
+/* Without a graph task: `node` passes each gradient it gets straight to its
+ * next edge (as a dist send function does; the caller vouches for that) and
+ * every next edge is a leaf accumulator, and opts has a sink. Then grads[i]
+ * (BORROWED, one per output of `node`) go to opts->sink for those leaves, checked
+ * against the leaves' shapes as a task's run would, and true is returned
+ * with the outcome in *rc; false (nothing done) when the graph is not that
+ * shape, for the caller to run a task. Gradients of parameters that came
+ * back from a peer take this path: no task to create, count and destroy. */
+bool mpri_engine_sink_passthrough(const mpri_engine_opts_t *opts, mpri_node_t *node, mpr_tensor_t *const *grads,
+                                  mpr_err_t *rc);
 /* Nodes of the subgraph (as counted so far). */
 int mpri_graph_task_num_nodes(const mpri_graph_task_t *task);
 /* Dependencies still outstanding for `node` (-1 if not in the subgraph). */

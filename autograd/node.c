@@ -13,6 +13,7 @@
 
 #include "mpri_assert.h"
 #include "mpri_autograd.h"
+#include "mpri_deferred.h"
 #include "mpri_small_alloc.h"
 
 static atomic_ullong node_seq;
@@ -30,7 +31,10 @@ static void saved_count(mpri_storage_t *s, long delta) {
     if (before == 1 && delta < 0) atomic_fetch_sub_explicit(&saved_bytes, (long long)s->nbytes, memory_order_relaxed);
 }
 
-int64_t mpri_node_live_count(void) { return atomic_load(&live_nodes); }
+int64_t mpri_node_live_count(void) {
+    mpri_deferred_flush(); /* releases put off to an idle moment are not live objects */
+    return atomic_load(&live_nodes);
+}
 
 /* A node's one block: the struct, then its metadata and edges. */
 static size_t node_bytes(int n_next, int n_outputs) {

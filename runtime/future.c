@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "mpri_args.h"
+#include "mpri_deferred.h"
 #include "mpri_error.h"
 #include "mpri_assert.h"
 #include "mpri_small_alloc.h"
@@ -367,6 +368,9 @@ mpr_future_t *mpr_future_then(mpr_future_t *f, mpr_then_fn_t fn, void *user_data
  * the event, so a sleeping waiter sees it at once. */
 static mpr_err_t wait_many(size_t n, mpr_future_t *const *fs, double timeout_s, bool (*ready)(void *),
                            void *ready_arg) {
+    /* About to wait: releases put off by the caller's previous steps run
+     * now, while the reply is on its way (mpri_deferred.h). */
+    mpri_deferred_run_some();
     const mpri_wait_hooks_t *wait_hooks = atomic_load(&hooks_installed);
     int64_t start = mpri_now_ns();
     int64_t deadline = timeout_s > 0 ? start + (int64_t)(timeout_s * 1e9) : 0;

@@ -57,6 +57,7 @@
 #include <time.h>
 
 #include "mpri_assert.h"
+#include "mpri_deferred.h"
 #include "mpri_doorbell.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
@@ -597,6 +598,7 @@ static void *progress_main(void *unused) {
             set_phase(PHASE_IDLE_YIELD);
             sched_yield();
         } else {
+            mpri_deferred_run_some(); /* idle for 2 ms: no waiter ran them */
             set_phase(PHASE_BELL_SLEEP);
             /* Asleep on this rank's bell: a peer on this host that posts a
              * message rings it (doorbell.c); the timeout bounds the wait

@@ -74,6 +74,7 @@
 #include <time.h>
 
 #include "mpri_assert.h"
+#include "mpri_deferred.h"
 #include "mpri_doorbell.h"
 #include "mpri_event.h"
 #include "mpri_host_alloc.h"
@@ -399,6 +400,7 @@ static void stop_local(int from, bool free_comms) {
     mpri_event_signal_all_keys(); /* waiters on other futures look at the state again */
     mpri_progress_stop();
     mpri_pool_stop();
+    mpri_deferred_flush(); /* before the leak reports count anything */
     mpri_run_after_stop_hooks();
     mpri_doorbell_fini(); /* after the pool: no handler rings any more */
     mpri_observe_release(free_comms);

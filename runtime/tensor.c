@@ -17,6 +17,7 @@
 #include "mpri_tensor.h"
 
 #include "mpri_args.h"
+#include "mpri_deferred.h"
 #include "mpri_host_alloc.h"
 #include "mpri_quarantine.h"
 #include "mpri_refcount.h"
@@ -356,7 +357,10 @@ mpr_tensor_t *mpri_tensor_wire_to_device(mpr_tensor_t *t, int device) {
     return h->to_device(t, device);
 }
 
-int64_t mpr_tensor_live_count(void) { return atomic_load(&live_tensors); }
+int64_t mpr_tensor_live_count(void) {
+    mpri_deferred_flush(); /* releases put off to an idle moment are not live objects */
+    return atomic_load(&live_tensors);
+}
 
 /* Entry of a getter: NULL sets the error and returns `ret`; a dead tensor aborts. */
 #define TENSOR_GETTER(t, ret)                                                 \

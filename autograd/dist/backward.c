@@ -377,9 +377,23 @@ static mpr_err_t piece_sink(void *arg, mpr_tensor_t *leaf, mpr_tensor_t *grad) {
     return mpri_dist_ctx_accumulate(p->ctx, leaf, grad, true);
 }
 
-/* RUNNING: run the engine from `edges` fed with `grads`, then seal. */
-static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t *const *grads) {
+/* RUNNING: run the engine from `edges` fed with `grads`, then seal. With
+ * `send` (the node of every edge, a send function: it passes its gradients
+ * through), gradients that only reach leaves go to the sink without a
+ * graph task (the usual answer: parameters this worker sent). */
+static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t *const *grads, mpri_node_t *send) {
     mpri_engine_opts_t opts = {.retain_graph = true, .sink = piece_sink, .sink_ctx = p};
+    mpr_err_t rc = MPR_OK;
+    if (send && mpri_engine_sink_passthrough(&opts, send, grads, &rc)) {
+        MPRI_ASSERT(!p->task, "a piece runs once");
+        p->sealed = true;
+        if (rc) {
+            char detail[MPR_ERROR_TEXT_MAX];
+            snprintf(detail, sizeof detail, "%s", mpr_last_error()[0] ? mpr_last_error() : mpr_strerror(rc));
+            piece_fail(p, rc, detail);
+        }
+        return;
+    }
     mpri_graph_task_t *task = mpri_graph_task_create(&opts);
     mpr_err_t e = task ? mpri_graph_task_add_roots(task, n, edges) : mpr_last_error_code();
     piece_t *outer = running_piece; /* a thread may run a piece while it waits in another */
@@ -427,7 +441,7 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
         p->wire = malloc((size_t)k * sizeof *p->wire); /* NULL (out of memory): every gradient is copied */
         p->n_wire = p->wire ? k : 0;
         for (int i = 0; i < p->n_wire; i++) p->wire[i] = gs[i];
-        piece_run(p, k, edges, gs);
+        piece_run(p, k, edges, gs, send);
         free(p->wire);
         p->wire = NULL;
         p->n_wire = 0;
@@ -829,7 +843,7 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
     if (!e && !(e = piece_init(&p, c, pass_id, retain_graph, NULL, NULL))) {
         bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
         if (traced) mpri_trace_range_begin(MPRI_TCAT_AUTOGRAD, "dist backward (root)");
-        piece_run(&p, n, edges, ones);
+        piece_run(&p, n, edges, ones, NULL);
         piece_wait(&p);
         if (traced) mpri_trace_range_end();
         MPRI_ASSERT(piece_done(&p), "the root's wait ends only in DONE");

@@ -43,6 +43,7 @@
 
 #include "mpri_args.h"
 #include "mpri_assert.h"
+#include "mpri_deferred.h"
 #include "mpri_dist.h"
 #include "mpri_tensor.h"
 
@@ -275,9 +276,28 @@ static mpri_dist_ctx_t *unlink_ctx(int64_t id) {
     return c;
 }
 
+/* What an ended context held, and the table's reference to it, on their
+ * way to release (mpri_defer). */
+typedef struct {
+    mpri_dist_send_t *sends;
+    mpri_dist_grad_t *grads;
+    int nsends, ngrads;
+    mpri_dist_ctx_t *ctx;
+} ended_contents_t;
+
+static void release_ended(void *arg) {
+    ended_contents_t *e = arg;
+    free_contents(e->sends, e->nsends, e->grads, e->ngrads);
+    mpri_dist_ctx_release(e->ctx);
+    free(e);
+}
+
 /* ALIVE -> ENDED: release what it holds and send CLEANUP to every worker
- * that took part except `skip_rank`. Consumes the table's reference. */
-static void end_ctx(mpri_dist_ctx_t *c, int skip_rank) {
+ * that took part except `skip_rank`. Consumes the table's reference. With
+ * `defer`, the release (gradients, send functions and the graphs behind
+ * them) is queued for an idle moment (mpri_deferred.h): the context is
+ * ENDED and its cleanups are sent before this returns either way. */
+static void end_ctx(mpri_dist_ctx_t *c, int skip_rank, bool defer) {
     mpri_dist_send_t *sends;
     mpri_dist_grad_t *grads;
     int nsends, ngrads;
@@ -300,13 +320,19 @@ static void end_ctx(mpri_dist_ctx_t *c, int skip_rank) {
         (void)mpri_send(workers[i], &m);
     }
     free(workers);
+    ended_contents_t *later = defer ? malloc(sizeof *later) : NULL;
+    if (later) {
+        *later = (ended_contents_t){sends, grads, nsends, ngrads, c};
+        mpri_defer(release_ended, later);
+        return;
+    }
     free_contents(sends, nsends, grads, ngrads);
     mpri_dist_ctx_release(c);
 }
 
 static void handle_cleanup(mpri_msg_t *msg) {
     mpri_dist_ctx_t *c = unlink_ctx((int64_t)msg->hdr.autograd_context_id);
-    if (c) end_ctx(c, msg->src);
+    if (c) end_ctx(c, msg->src, false); /* a pool thread: nobody waits on it here */
     mpri_msg_done(msg);
 }
 
@@ -465,7 +491,7 @@ mpr_err_t mpr_dist_context_end(int64_t ctx_id) {
     mpri_dist_ctx_t *c = unlink_ctx(ctx_id);
     if (current_ctx == ctx_id) current_ctx = 0;
     if (!c) return not_found("mpr_dist_context_end", ctx_id);
-    end_ctx(c, -1);
+    end_ctx(c, -1, true); /* the caller's next step need not wait for the frees */
     return MPR_OK;
 }
 
@@ -571,7 +597,7 @@ static void report_leaks(void) {
                 self_name(), c->id, c->id >> COUNTER_BITS, c->nsends, c->ngrads, c->nworkers);
         c->nworkers = 0; /* the others are stopped: send no cleanup */
         pthread_mutex_unlock(&c->lock);
-        end_ctx(c, -1);
+        end_ctx(c, -1, false);
     }
     current_ctx = 0;
 }
