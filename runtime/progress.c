@@ -184,6 +184,47 @@ static void post_receives(mpri_msg_t *msg);
  * dispatched at once; one with more than POST_LOCKED_MAX_BYTES of tensors
  * goes to `*to_post`, whose receives the polling thread posts once it
  * released the poll lock, one with less has them posted here. */
+/* Release the tensors decoded for `msg` (its data will not come). */
+static void drop_decoded_tensors(mpri_msg_t *msg) {
+    for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
+        mpr_tensor_release(msg->tensors[i]);
+        msg->tensors[i] = NULL;
+    }
+    free(msg->placement);
+    msg->placement = NULL;
+}
+
+/* The tensors' bytes came inside the message (mpri_wire.h, `r` at the
+ * descriptors): decoded, copied into the tensors just made, and the message
+ * is complete. No batch plan and no receive: small tensors on the way in
+ * cost their own allocations only. */
+static void start_inline(mpri_msg_t *msg, mpri_reader_t *r, uint32_t n) {
+    mpri_tensor_span_t stack_spans[MPRI_BATCH_SCRATCH_INLINE];
+    mpri_tensor_span_t *spans = n <= MPRI_BATCH_SCRATCH_INLINE ? stack_spans : malloc(sizeof *spans * n);
+    mpr_err_t e = spans ? mpri_tensor_descs_decode_spans(r, n, msg->tensors, spans, &msg->placement)
+                        : mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensors", n);
+    size_t inline_bytes = 0;
+    for (uint32_t i = 0; !e && i < n; i++) inline_bytes += spans[i].nbytes;
+    if (!e && r->left != inline_bytes) {
+        drop_decoded_tensors(msg);
+        e = mpr_error_set(MPR_ERR_DECODE, "%zu bytes of inline tensor data for tensors of %zu", r->left,
+                          inline_bytes);
+    }
+    if (!e) {
+        const uint8_t *from = r->p;
+        for (uint32_t i = 0; i < n; i++) {
+            if (spans[i].nbytes) memcpy(spans[i].data, from, spans[i].nbytes);
+            from += spans[i].nbytes;
+        }
+    }
+    if (spans != stack_spans) free(spans);
+    if (e) {
+        reject_incoming(msg, true, e);
+        return;
+    }
+    mpri_dispatch(msg);
+}
+
 static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to_post) {
     uint8_t *data = msg->data;
     msg->len = len;
@@ -207,6 +248,10 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         return;
     }
     msg->tensors = calloc(n, sizeof *msg->tensors);
+    if (msg->tensors && (msg->hdr.flags & MPRI_FLAG_TENSORS_INLINE)) {
+        start_inline(msg, &r, n);
+        return;
+    }
     msg->reqs = malloc(sizeof *msg->reqs * n);
     msg->plan = malloc(sizeof *msg->plan);
     if (msg->plan && !mpri_batch_scratch_init(msg->plan, n, NULL)) {
@@ -219,36 +264,9 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         return;
     }
     e = mpri_tensor_descs_decode_spans(&r, n, msg->tensors, msg->plan->spans, &msg->placement);
-    bool inline_data = (msg->hdr.flags & MPRI_FLAG_TENSORS_INLINE) != 0;
-    size_t inline_bytes = 0;
-    for (uint32_t i = 0; !e && inline_data && i < n; i++) inline_bytes += msg->plan->spans[i].nbytes;
-    if (!e && inline_data && r.left == inline_bytes) {
-        /* The tensors' bytes came inside the message (mpri_wire.h): copied
-         * into the tensors just made, and the message is complete. */
-        const uint8_t *from = r.p;
-        for (uint32_t i = 0; i < n; i++) {
-            const mpri_tensor_span_t *sp = &msg->plan->spans[i];
-            if (sp->nbytes) memcpy(sp->data, from, sp->nbytes);
-            from += sp->nbytes;
-        }
-        mpri_batch_scratch_fini(msg->plan);
-        free(msg->plan);
-        msg->plan = NULL;
-        free(msg->reqs);
-        msg->reqs = NULL;
-        mpri_dispatch(msg);
-        return;
-    }
     if (!e && r.left != 0) {
-        for (uint32_t i = 0; i < n; i++) {
-            mpr_tensor_release(msg->tensors[i]);
-            msg->tensors[i] = NULL;
-        }
-        free(msg->placement);
-        msg->placement = NULL;
-        e = inline_data ? mpr_error_set(MPR_ERR_DECODE, "%zu bytes of inline tensor data for tensors of %zu",
-                                        r.left, inline_bytes)
-                        : mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
+        drop_decoded_tensors(msg);
+        e = mpr_error_set(MPR_ERR_DECODE, "%zu stray bytes after the tensor descriptors", r.left);
     }
     if (e) {
         reject_incoming(msg, true, e);

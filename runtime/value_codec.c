@@ -442,7 +442,8 @@ mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_
     uint32_t on_device = 0;
     /* Every descriptor valid and the total within the message limit, before
      * any storage is reserved. */
-    desc_t *descs = malloc(sizeof *descs * count);
+    desc_t stack_descs[8]; /* a message's few tensors: no allocation */
+    desc_t *descs = count <= 8 ? stack_descs : malloc(sizeof *descs * count);
     if (!descs) return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor descriptors", count);
     for (uint32_t i = 0; i < count; i++) {
         desc_t *d = &descs[i];
@@ -450,7 +451,7 @@ mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_
         int device;
         mpr_err_t e = read_desc(in, i, &d->dtype, &d->requires_grad, &device, &d->ndim, shape, &d->nbytes);
         if (e) {
-            free(descs);
+            if (descs != stack_descs) free(descs);
             return e;
         }
         d->device = (int16_t)device;
@@ -459,7 +460,7 @@ mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_
         on_device += d->device >= 0;
     }
     if (total > MPRI_MAX_MESSAGE_TENSOR_BYTES) {
-        free(descs);
+        if (descs != stack_descs) free(descs);
         return mpr_error_set(MPR_ERR_DECODE, "%u tensors of %llu bytes in all exceed the 64 GiB limit",
                              count, (unsigned long long)total);
     }
@@ -467,7 +468,7 @@ mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_
     if (on_device) {
         p = calloc(1, sizeof *p + count * sizeof p->items[0]);
         if (!p) {
-            free(descs);
+            if (descs != stack_descs) free(descs);
             return mpr_error_set(MPR_ERR_NOMEM, "out of memory for %u tensor placements", count);
         }
         p->count = count;
@@ -504,7 +505,7 @@ mpr_err_t mpri_tensor_descs_decode_spans(mpri_reader_t *in, uint32_t count, mpr_
             }
         if (e) break;
     }
-    free(descs);
+    if (descs != stack_descs) free(descs);
     if (e) {
         release_made(out, made);
         free(p);

@@ -94,6 +94,7 @@
 
 #include "mpri_args.h"
 #include "mpri_assert.h"
+#include "mpri_deferred.h"
 #include "mpri_dist.h"
 #include "mpri_engine.h"
 #include "mpri_error.h"
@@ -157,6 +158,8 @@ static void piece_fini(piece_t *p) {
 }
 
 static bool piece_done(const piece_t *p) { return mpr_future_done(p->result); }
+
+static void destroy_task(void *task) { mpri_graph_task_destroy(task); }
 
 static void piece_succeed(piece_t *p) {
     MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
@@ -261,12 +264,9 @@ static mpr_value_t *grad_to_wire(mpr_tensor_t *g) {
         if (compact[d] != 1) single = false;
     }
     if (broadcast && single) { /* one value: [double, dtype, sizes...], no tensor on the wire */
-        double x = 0;
-        mpr_tensor_t *one = mpri_tensor_view(g->storage, g->dtype, g->ndim, compact, g->strides, g->offset);
-        mpr_value_t *item = one && mpr_item(one, &x) == MPR_OK
-                                ? mpr_value_list_of(2, mpr_value_new_double(x), mpr_value_new_int((int64_t)g->dtype))
-                                : NULL;
-        mpr_tensor_release(one);
+        const void *at = mpr_tensor_data(g); /* a CPU f32/f64 element (`single` says so) */
+        double x = g->dtype == MPR_F32 ? (double)*(const float *)at : *(const double *)at;
+        mpr_value_t *item = mpr_value_list_of(2, mpr_value_new_double(x), mpr_value_new_int((int64_t)g->dtype));
         for (int d = 0; item && d < g->ndim; d++)
             if (mpr_value_list_append(item, mpr_value_new_int(g->shape[d])) != MPR_OK) {
                 mpr_value_release(item);
@@ -308,30 +308,46 @@ static mpr_value_t *grads_to_wire(int n, mpr_tensor_t *const *gs) {
     return list;
 }
 
+/* A tensor of `shape` whose every element is `x`: one element of storage
+ * seen through `strides` (all 0; NULL for a shape of one element) on the
+ * CPU (no scope: ours to release), or a filled tensor on a device; NULL
+ * with the error set. */
+static mpr_tensor_t *one_value(int device, mpr_dtype_t dt, int nd, const int64_t *shape, const int64_t *strides,
+                               double x) {
+    if (device >= 0 || (dt != MPR_F32 && dt != MPR_F64)) {
+        mpr_scope_begin(); /* ours to release, whether or not the thread has a scope open */
+        mpr_tensor_t *t = mpr_scope_keep(mpri_full_on(device, dt, nd, shape, x));
+        mpr_scope_end();
+        return t;
+    }
+    mpri_storage_t *s = mpri_storage_create(mpr_dtype_size(dt));
+    if (!s) return NULL;
+    if (dt == MPR_F32)
+        *(float *)s->data = (float)x;
+    else
+        *(double *)s->data = x;
+    mpr_tensor_t *t = mpri_tensor_view(s, dt, nd, shape, strides, 0);
+    mpri_storage_release(s);
+    return t;
+}
+
 /* A single-value item [double, int dtype, sizes...] back to a gradient: one
  * element expanded (stride 0) to the sizes; NULL with the error set. */
 static mpr_tensor_t *single_from_wire(const mpr_value_t *item) {
     size_t n = mpr_value_list_len(item);
     double x = 0;
-    int64_t dt = -1, shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS] = {0}, ones[MPR_MAX_DIMS];
+    int64_t dt = -1, shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS] = {0};
     bool ok = n >= 2 && n - 2 <= MPR_MAX_DIMS && mpr_value_get_double(mpr_value_list_get(item, 0), &x) == MPR_OK &&
               mpr_value_get_int(mpr_value_list_get(item, 1), &dt) == MPR_OK && (dt == MPR_F32 || dt == MPR_F64);
     int nd = ok ? (int)n - 2 : 0;
     for (int d = 0; ok && d < nd; d++) {
         ok = mpr_value_get_int(mpr_value_list_get(item, (size_t)d + 2), &shape[d]) == MPR_OK && shape[d] >= 0;
-        ones[d] = 1;
     }
     if (!ok) {
         mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
         return NULL;
     }
-    mpr_scope_begin(); /* ours to release, whether or not the thread has a scope open */
-    mpr_tensor_t *one = mpr_scope_keep(mpri_full_on(-1, (mpr_dtype_t)dt, nd, ones, x));
-    mpr_scope_end();
-    if (!one) return NULL;
-    mpr_tensor_t *t = mpri_tensor_view(one->storage, one->dtype, nd, shape, strides, 0);
-    mpr_tensor_release(one);
-    return t;
+    return one_value(-1, (mpr_dtype_t)dt, nd, shape, strides, x);
 }
 
 /* A wire item back to a gradient (new reference) or NULL with the error set. */
@@ -425,9 +441,13 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
     else if (mpr_value_kind(grads) != MPR_VALUE_LIST || (int)mpr_value_list_len(grads) != k)
         e = mpr_error_set(MPR_ERR_DECODE, "backward message with %zu gradients for a send function of %d tensors",
                           mpr_value_list_len(grads), k);
-    mpri_edge_t *edges = NULL;
-    mpr_tensor_t **gs = NULL;
-    if (!e && (!(edges = calloc((size_t)k, sizeof *edges)) || !(gs = calloc((size_t)k, sizeof *gs))))
+    /* A send function's few gradients: on the stack (no allocation). */
+    mpri_edge_t stack_edges[8];
+    mpr_tensor_t *stack_gs[8] = {0}, *stack_wire[8];
+    bool small = k <= 8;
+    mpri_edge_t *edges = small ? stack_edges : NULL;
+    mpr_tensor_t **gs = small ? stack_gs : NULL;
+    if (!e && !small && (!(edges = calloc((size_t)k, sizeof *edges)) || !(gs = calloc((size_t)k, sizeof *gs))))
         e = mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
     for (int i = 0; !e && i < k; i++) {
         edges[i] = (mpri_edge_t){send, i};
@@ -438,17 +458,20 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
         snprintf(text, sizeof text, "%s", mpr_last_error());
         piece_fail(p, e, text);
     } else {
-        p->wire = malloc((size_t)k * sizeof *p->wire); /* NULL (out of memory): every gradient is copied */
+        /* NULL (out of memory): every gradient is copied */
+        p->wire = small ? stack_wire : malloc((size_t)k * sizeof *p->wire);
         p->n_wire = p->wire ? k : 0;
         for (int i = 0; i < p->n_wire; i++) p->wire[i] = gs[i];
         piece_run(p, k, edges, gs, send);
-        free(p->wire);
+        if (p->wire != stack_wire) free(p->wire);
         p->wire = NULL;
         p->n_wire = 0;
     }
     for (int i = 0; gs && i < k; i++) mpr_tensor_release(gs[i]);
-    free(edges);
-    free(gs);
+    if (!small) {
+        free(edges);
+        free(gs);
+    }
     mpri_node_release(send);
 }
 
@@ -827,16 +850,17 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
     pthread_mutex_lock(&c->lock);
     uint64_t pass_id = ((uint64_t)mpri_rt.rank << PASS_BITS) | ++c->passes_begun;
     pthread_mutex_unlock(&c->lock);
-    mpri_edge_t *edges = calloc((size_t)n, sizeof *edges);
-    mpr_tensor_t **ones = calloc((size_t)n, sizeof *ones);
+    mpri_edge_t stack_edges[4];
+    mpr_tensor_t *stack_ones[4] = {0};
+    bool small = n <= 4; /* the usual one loss: no allocation */
+    mpri_edge_t *edges = small ? stack_edges : calloc((size_t)n, sizeof *edges);
+    mpr_tensor_t **ones = small ? stack_ones : calloc((size_t)n, sizeof *ones);
     e = edges && ones ? enter_pass(c, pass_id, retain_graph) : mpr_error_set(MPR_ERR_NOMEM, "mpr_dist_backward: out of memory");
     for (int i = 0; !e && i < n; i++) {
         edges[i] = mpri_tensor_edge(roots[i]);
         const mpr_tensor_t *t = roots[i];
-        mpr_scope_begin(); /* ours to release, whether or not the caller has a scope open */
-        ones[i] = mpr_scope_keep(
-            mpri_full_on(mpr_tensor_device(t), mpr_tensor_dtype(t), mpr_tensor_ndim(t), mpr_tensor_shape(t), 1.0));
-        mpr_scope_end();
+        /* a root is a scalar: one element, contiguous strides */
+        ones[i] = one_value(mpr_tensor_device(t), mpr_tensor_dtype(t), mpr_tensor_ndim(t), mpr_tensor_shape(t), NULL, 1.0);
         if (!edges[i].node || !ones[i]) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
     }
     piece_t p;
@@ -857,11 +881,17 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
                               mpr_future_error_message(p.result)[0] ? mpr_future_error_message(p.result)
                                                                     : mpr_strerror(e));
         }
+        /* The caller's next step need not wait for the graph task's frees:
+         * they run at the next idle moment (mpri_deferred.h). */
+        if (p.task) mpri_defer(destroy_task, p.task);
+        p.task = NULL;
         piece_fini(&p);
     }
     for (int i = 0; ones && i < n; i++) mpr_tensor_release(ones[i]);
-    free(ones);
-    free(edges);
+    if (!small) {
+        free(ones);
+        free(edges);
+    }
     mpri_dist_ctx_release(c);
     return e;
 }

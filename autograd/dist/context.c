@@ -166,14 +166,36 @@ static void take_contents_locked(mpri_dist_ctx_t *c, mpri_dist_send_t **sends, i
     c->ngrads = c->capgrads = 0;
 }
 
-static void free_contents(mpri_dist_send_t *sends, int nsends, mpri_dist_grad_t *grads, int ngrads) {
+/* An array of `c` with room inline (`room`, MPRI_DIST_INLINE entries):
+ * NULL (empty) starts there without an allocation; beyond it, the heap. */
+static void *grow_array(void *arr, void *room, int used, int *cap, size_t elem) {
+    if (!arr) {
+        *cap = MPRI_DIST_INLINE;
+        return room;
+    }
+    int n = *cap * 2;
+    void *grown = arr == room ? malloc((size_t)n * elem) : realloc(arr, (size_t)n * elem);
+    if (!grown) return NULL;
+    if (arr == room) memcpy(grown, room, (size_t)used * elem);
+    *cap = n;
+    return grown;
+}
+
+static void free_array(void *arr, const void *room) {
+    if (arr != room) free(arr);
+}
+
+/* Release taken contents (take_contents_locked) of `c`, which is still
+ * referenced (its inline arrays may hold them). */
+static void free_contents(mpri_dist_ctx_t *c, mpri_dist_send_t *sends, int nsends, mpri_dist_grad_t *grads,
+                          int ngrads) {
     for (int i = 0; i < nsends; i++) mpri_node_release(sends[i].node);
-    free(sends);
+    free_array(sends, c->inline_sends);
     for (int i = 0; i < ngrads; i++) {
         mpr_tensor_release(grads[i].leaf);
         mpr_tensor_release(grads[i].grad);
     }
-    free(grads);
+    free_array(grads, c->inline_grads);
 }
 
 void mpri_dist_ctx_release(mpri_dist_ctx_t *c) {
@@ -183,8 +205,8 @@ void mpri_dist_ctx_release(mpri_dist_ctx_t *c) {
     if (before != 1) return;
     MPRI_ASSERT(c->ended, "the last reference to an ALIVE context is the table's");
     MPRI_ASSERT(!c->bw_inbox && c->bw_waiters == 0, "backward requests are handed only to live waiters");
-    free_contents(c->sends, c->nsends, c->grads, c->ngrads);
-    free(c->workers);
+    free_contents(c, c->sends, c->nsends, c->grads, c->ngrads);
+    free_array(c->workers, c->inline_workers);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -204,11 +226,9 @@ mpr_err_t mpri_dist_ctx_add_worker_locked(mpri_dist_ctx_t *c, int rank) {
     for (int i = 0; i < c->nworkers; i++)
         if (c->workers[i] == rank) return MPR_OK;
     if (c->nworkers == c->capworkers) {
-        int cap = c->capworkers ? c->capworkers * 2 : 4;
-        int *w = realloc(c->workers, (size_t)cap * sizeof *w);
+        int *w = grow_array(c->workers, c->inline_workers, c->nworkers, &c->capworkers, sizeof *w);
         if (!w) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
         c->workers = w;
-        c->capworkers = cap;
     }
     c->workers[c->nworkers++] = rank;
     check_ctx(c);
@@ -287,7 +307,7 @@ typedef struct {
 
 static void release_ended(void *arg) {
     ended_contents_t *e = arg;
-    free_contents(e->sends, e->nsends, e->grads, e->ngrads);
+    free_contents(e->ctx, e->sends, e->nsends, e->grads, e->ngrads);
     mpri_dist_ctx_release(e->ctx);
     free(e);
 }
@@ -319,14 +339,14 @@ static void end_ctx(mpri_dist_ctx_t *c, int skip_rank, bool defer) {
         /* Best effort, as PyTorch: a worker that left keeps nothing to clean. */
         (void)mpri_send(workers[i], &m);
     }
-    free(workers);
+    free_array(workers, c->inline_workers);
     ended_contents_t *later = defer ? malloc(sizeof *later) : NULL;
     if (later) {
         *later = (ended_contents_t){sends, grads, nsends, ngrads, c};
         mpri_defer(release_ended, later);
         return;
     }
-    free_contents(sends, nsends, grads, ngrads);
+    free_contents(c, sends, nsends, grads, ngrads);
     mpri_dist_ctx_release(c);
 }
 
@@ -343,11 +363,9 @@ mpr_err_t mpri_dist_ctx_add_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id, mpr
     MPRI_ASSERT(c->nsends == 0 || c->sends[c->nsends - 1].msg_id < msg_id,
                 "message ids made here grow, so send functions are appended in order");
     if (c->nsends == c->capsends) {
-        int cap = c->capsends ? c->capsends * 2 : 8;
-        mpri_dist_send_t *s = realloc(c->sends, (size_t)cap * sizeof *s);
+        mpri_dist_send_t *s = grow_array(c->sends, c->inline_sends, c->nsends, &c->capsends, sizeof *s);
         if (!s) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
         c->sends = s;
-        c->capsends = cap;
     }
     c->sends[c->nsends++] = (mpri_dist_send_t){msg_id, mpri_node_retain(node)};
     check_ctx(c);
@@ -388,14 +406,12 @@ mpr_err_t mpri_dist_ctx_accumulate(mpri_dist_ctx_t *c, mpr_tensor_t *leaf, mpr_t
         while (i < c->ngrads && c->grads[i].leaf != leaf) i++;
         if (i == c->ngrads) {
             if (c->ngrads == c->capgrads) {
-                int cap = c->capgrads ? c->capgrads * 2 : 8;
-                mpri_dist_grad_t *g = realloc(c->grads, (size_t)cap * sizeof *g);
+                mpri_dist_grad_t *g = grow_array(c->grads, c->inline_grads, c->ngrads, &c->capgrads, sizeof *g);
                 if (!g) {
                     pthread_mutex_unlock(&c->lock);
                     return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
                 }
                 c->grads = g;
-                c->capgrads = cap;
             }
             /* The engine's buffer itself when nobody else can see it (its only
              * reference, or the pass's private wire tensor; its storage's only

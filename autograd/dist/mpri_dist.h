@@ -18,6 +18,8 @@
 #include "mpri_autograd.h"
 #include "mpri_runtime.h"
 
+#define MPRI_DIST_INLINE 4
+
 /* A send function of the context, under its autograd message id. */
 typedef struct mpri_dist_send {
     uint64_t msg_id;
@@ -41,6 +43,12 @@ typedef struct mpri_dist_ctx {
     int nsends, capsends;
     mpri_dist_grad_t *grads;
     int ngrads, capgrads;
+    /* The first MPRI_DIST_INLINE entries of each array above live here (a
+     * small context's step allocates none); an array that outgrows them
+     * moves to the heap (context.c: grow_array, free_array). */
+    int inline_workers[MPRI_DIST_INLINE];
+    mpri_dist_send_t inline_sends[MPRI_DIST_INLINE];
+    mpri_dist_grad_t inline_grads[MPRI_DIST_INLINE];
     uint64_t consumed_by_pass; /* a pass without retain_graph ran here (0: none) */
     uint64_t passes_begun;     /* root passes begun on this worker */
     /* Backward requests handed to the threads waiting in a piece of this
