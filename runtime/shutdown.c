@@ -452,6 +452,7 @@ mpr_err_t mpr_shutdown(bool graceful_stop) {
                              "mpr_shutdown: called inside a handler or callback; a rank cannot wait for "
                              "the job to finish while it is part of the work: call it from an application "
                              "thread (e.g. the one that called mpr_init) after the handler returned");
+    mpri_deferred_flush(); /* what the caller put off (a context's CLEANUPs) goes out while the runtime runs */
     int from = graceful_stop ? MPRI_STOPPING : MPRI_LEAVING;
     int expected = MPRI_RUNNING;
     if (!atomic_compare_exchange_strong(&mpri_rt.state, &expected, from))

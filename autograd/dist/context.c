@@ -296,58 +296,62 @@ static mpri_dist_ctx_t *unlink_ctx(int64_t id) {
     return c;
 }
 
-/* What an ended context held, and the table's reference to it, on their
- * way to release (mpri_defer). */
+/* An ENDED context's leftovers on their way out: what it held, the workers
+ * to tell (all but skip_rank), and the table's reference. */
 typedef struct {
-    mpri_dist_send_t *sends;
-    mpri_dist_grad_t *grads;
-    int nsends, ngrads;
     mpri_dist_ctx_t *ctx;
-} ended_contents_t;
-
-static void release_ended(void *arg) {
-    ended_contents_t *e = arg;
-    free_contents(e->ctx, e->sends, e->nsends, e->grads, e->ngrads);
-    mpri_dist_ctx_release(e->ctx);
-    free(e);
-}
-
-/* ALIVE -> ENDED: release what it holds and send CLEANUP to every worker
- * that took part except `skip_rank`. Consumes the table's reference. With
- * `defer`, the release (gradients, send functions and the graphs behind
- * them) is queued for an idle moment (mpri_deferred.h): the context is
- * ENDED and its cleanups are sent before this returns either way. */
-static void end_ctx(mpri_dist_ctx_t *c, int skip_rank, bool defer) {
     mpri_dist_send_t *sends;
     mpri_dist_grad_t *grads;
-    int nsends, ngrads;
-    pthread_mutex_lock(&c->lock);
-    MPRI_ASSERT(!c->ended, "a context ends once (it was unlinked from the table by this call)");
-    c->ended = true;
-    take_contents_locked(c, &sends, &nsends, &grads, &ngrads);
-    int nworkers = c->nworkers;
-    int *workers = c->workers;
-    c->workers = NULL;
-    c->nworkers = c->capworkers = 0;
-    check_ctx(c);
-    pthread_mutex_unlock(&c->lock);
-    for (int i = 0; i < nworkers; i++) {
-        if (workers[i] == skip_rank) continue;
+    int *workers;
+    int nsends, ngrads, nworkers, skip_rank;
+} ended_t;
+
+/* Send the CLEANUPs, then release what the context held. */
+static void finish_ended(ended_t *e) {
+    mpri_dist_ctx_t *c = e->ctx;
+    for (int i = 0; i < e->nworkers; i++) {
+        if (e->workers[i] == e->skip_rank) continue;
         mpri_outmsg_t m;
         mpri_outmsg_init(&m, MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT);
         m.hdr.autograd_context_id = (uint64_t)c->id;
         /* Best effort, as PyTorch: a worker that left keeps nothing to clean. */
-        (void)mpri_send(workers[i], &m);
+        (void)mpri_send(e->workers[i], &m);
     }
-    free_array(workers, c->inline_workers);
-    ended_contents_t *later = defer ? malloc(sizeof *later) : NULL;
+    free_array(e->workers, c->inline_workers);
+    free_contents(c, e->sends, e->nsends, e->grads, e->ngrads);
+    mpri_dist_ctx_release(c);
+}
+
+static void finish_ended_later(void *arg) {
+    finish_ended(arg);
+    free(arg);
+}
+
+/* ALIVE -> ENDED (it was unlinked from the table by the caller): nothing is
+ * added to it from here on. Then CLEANUP goes to every worker that took part
+ * except `skip_rank`, and what it held (gradients, send functions and the
+ * graphs behind them) is released; with `defer`, both happen at this
+ * worker's next idle moment (mpri_deferred.h), off the caller's path.
+ * Consumes the table's reference. */
+static void end_ctx(mpri_dist_ctx_t *c, int skip_rank, bool defer) {
+    ended_t e = {.ctx = c, .skip_rank = skip_rank};
+    pthread_mutex_lock(&c->lock);
+    MPRI_ASSERT(!c->ended, "a context ends once (it was unlinked from the table by this call)");
+    c->ended = true;
+    take_contents_locked(c, &e.sends, &e.nsends, &e.grads, &e.ngrads);
+    e.nworkers = c->nworkers;
+    e.workers = c->workers;
+    c->workers = NULL;
+    c->nworkers = c->capworkers = 0;
+    check_ctx(c);
+    pthread_mutex_unlock(&c->lock);
+    ended_t *later = defer ? malloc(sizeof *later) : NULL;
     if (later) {
-        *later = (ended_contents_t){sends, grads, nsends, ngrads, c};
-        mpri_defer(release_ended, later);
+        *later = e;
+        mpri_defer(finish_ended_later, later);
         return;
     }
-    free_contents(c, sends, nsends, grads, ngrads);
-    mpri_dist_ctx_release(c);
+    finish_ended(&e);
 }
 
 static void handle_cleanup(mpri_msg_t *msg) {
