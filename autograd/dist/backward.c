@@ -72,6 +72,12 @@
  * of dim 0, ...]: no tensor at all, so the message has no data message
  * behind it.
  *
+ * A piece run from gradients for a send function whose edges all end at
+ * leaves (the usual ANSWER: parameters this worker sent) puts them in the
+ * context without a graph task (mpri_engine_sink_passthrough). The root's
+ * graph task is freed at the next idle moment (mpri_deferred.h), not
+ * before mpr_dist_backward returns.
+ *
  * Each piece runs its own graph task over the subgraph its roots reach
  * (dependencies counted from those roots only): backward functions are
  * linear in their incoming gradient, so nodes reached by several pieces

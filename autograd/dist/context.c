@@ -7,8 +7,11 @@
  *
  *   (absent) --mpr_dist_context_begin (root)-------------------> ALIVE
  *   (absent) --a message carrying the id arrives (record.c)-----> ALIVE
- *   ALIVE --mpr_dist_context_end (here)--> ENDED, CLEANUP sent to every
- *           worker in `workers`
+ *   ALIVE --mpr_dist_context_end (here)--> ENDED at once; CLEANUP to every
+ *           worker in `workers`, and the release of what it held, at this
+ *           worker's next idle moment (mpri_deferred.h: the caller's next
+ *           wait on a future, after the next step's request has gone; the
+ *           progress thread idle for 2 ms; a live count; mpr_shutdown first)
  *   ALIVE --CLEANUP_AUTOGRAD_CONTEXT arrives--> ENDED, CLEANUP passed on to
  *           every worker in `workers` except its sender
  *   ALIVE --graceful shutdown, after the job is quiescent--> ENDED, reported
@@ -23,9 +26,10 @@
  *   ALIVE: in the table; send functions, workers and gradients are added.
  *   ENDED: out of the table (a lookup by id fails: late replies and backward
  *   messages for it are dropped or answered with an error, never applied);
- *   its send functions and gradients were released when it ended, and the
- *   struct lives on only while a running pass or call still holds a
- *   reference.
+ *   its send functions and gradients left it when it ended (released then,
+ *   or at the idle moment above, from `ended_t`), and the struct lives on
+ *   only while a running pass or call, or that pending release, still holds
+ *   a reference.
  *
  * Messages: CLEANUP_AUTOGRAD_CONTEXT (header: the context id; no body; no
  * reply). The cleanup terminates: a worker passes it on only when it moves

@@ -652,6 +652,35 @@ static void test_cleanup_everywhere(void) {
     mpr_tensor_release(w);
 }
 
+/* mpr_dist_context_end puts the CLEANUP off to an idle moment (the next
+ * wait, usually): a thread that never waits again still gets it out, by
+ * the idle progress thread, and the peer ends its copy. Rank 0 ends the
+ * context and then blocks in plain MPI only; rank 1 watches its copy. */
+static void test_cleanup_without_a_wait(void) {
+    int64_t ctx = 0;
+    if (me == 0) {
+        mpr_tensor_t *w = filled(2, 2, 0.3, true);
+        CHECK_OK(mpr_dist_context_begin(&ctx));
+        mpr_tensor_t *y = call_tensor(1, "mm", tensors2(w, w));
+        mpr_tensor_release(y);
+        CHECK_OK(mpr_dist_context_end(ctx));
+        mpr_tensor_release(w);
+        MPI_Send(&ctx, 1, MPI_INT64_T, 1, 94, MPI_COMM_WORLD);
+        int gone = 0;
+        MPI_Recv(&gone, 1, MPI_INT, 1, 95, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        CHECK(gone);
+    } else if (me == 1) {
+        MPI_Recv(&ctx, 1, MPI_INT64_T, 0, 94, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        int gone = 0;
+        for (int tries = 0; !gone && tries < 5000; tries++) { /* up to 5 s; it takes a few ms */
+            gone = !mpr_dist_context_exists(ctx);
+            if (!gone) usleep(1000);
+        }
+        CHECK(gone);
+        MPI_Send(&gone, 1, MPI_INT, 0, 95, MPI_COMM_WORLD);
+    }
+}
+
 static void test_misuse(void) {
     int64_t ctx, other;
     CHECK_OK(mpr_dist_context_begin(&ctx));
@@ -994,6 +1023,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_threads_share_context);
     RUN_TEST(test_remote_error_in_backward);
     RUN_TEST(test_cleanup_everywhere);
+    RUN_TEST(test_cleanup_without_a_wait);
     RUN_TEST(test_misuse);
     RUN_TEST(test_reply_outlives_context);
     RUN_TEST(test_mlp_parity_with_pytorch);

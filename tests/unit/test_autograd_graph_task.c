@@ -166,6 +166,74 @@ static void test_send_function(void **state) {
     mpr_tensor_release(w);
 }
 
+/* A send function whose edges all end at leaves: the gradients go straight
+ * to the sink, no task (mpri_engine_sink_passthrough), as a task's run would
+ * put them there; a wrong shape is refused naming the node; an edge to a
+ * non-leaf, or no sink, is "not this shape" (false, nothing done). */
+static void test_passthrough_to_leaves(void **state) {
+    mpr_tensor_t *w = mpr_from_buffer(MPR_F64, MPR_SHAPE(2), (double[]){1, 2});
+    mpr_tensor_t *v = mpr_from_buffer(MPR_F64, MPR_SHAPE(3), (double[]){1, 2, 3});
+    mpr_set_requires_grad(w, true);
+    mpr_set_requires_grad(v, true);
+    mpr_scope_begin();
+    mpri_node_t *send = mpri_node_create(&send_def, 3, 3);
+    mpr_tensor_t *sent[3] = {w, v, w}; /* w twice: its gradients add up */
+    for (int i = 0; i < 3; i++) {
+        mpri_node_set_next(send, i, mpri_tensor_edge(sent[i]));
+        mpri_node_set_input_meta(send, i, sent[i]);
+        mpri_node_set_output_meta(send, i, sent[i]);
+    }
+    sink_map_t map = {0};
+    mpri_engine_opts_t opts = {.retain_graph = true, .sink = sink, .sink_ctx = &map};
+    mpr_tensor_t *g[3] = {mpr_full(MPR_F64, MPR_SHAPE(2), 3.0), mpr_full(MPR_F64, MPR_SHAPE(3), 5.0),
+                          mpr_full(MPR_F64, MPR_SHAPE(2), 4.0)};
+    mpr_err_t rc = MPR_ERR_STATE;
+    assert_true(mpri_engine_sink_passthrough(&opts, send, g, &rc));
+    assert_int_equal(rc, MPR_OK);
+    assert_int_equal(map.calls, 3);
+    assert_int_equal(map.n, 2);
+    assert_ptr_equal(map.keys[0], w);
+    assert_near(at(map.grads[0], 1), 7.0, 0);
+    assert_ptr_equal(map.keys[1], v);
+    assert_near(at(map.grads[1], 2), 5.0, 0);
+    assert_null(mpr_tensor_grad(w)); /* .grad untouched */
+    /* the same through a task puts the same sums in the sink */
+    sink_map_t via_task = {0};
+    mpri_engine_opts_t topts = {.retain_graph = true, .sink = sink, .sink_ctx = &via_task};
+    mpri_graph_task_t *task = mpri_graph_task_create(&topts);
+    mpri_edge_t e[3] = {{send, 0}, {send, 1}, {send, 2}};
+    assert_int_equal(mpri_graph_task_add_roots(task, 3, e), MPR_OK);
+    assert_int_equal(mpri_graph_task_run(task, 3, e, g), MPR_OK);
+    assert_int_equal(via_task.n, 2);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < (i ? 3 : 2); k++) assert_near(at(via_task.grads[i], k), at(map.grads[i], k), 0);
+    mpri_graph_task_destroy(task);
+    /* a wrong shape: refused, naming the node */
+    mpr_tensor_t *bad[3] = {g[1], g[1], g[2]};
+    assert_true(mpri_engine_sink_passthrough(&opts, send, bad, &rc));
+    assert_int_equal(rc, MPR_ERR_SHAPE);
+    assert_non_null(strstr(mpr_last_error(), "send"));
+    /* not the shape: no sink, or an edge to a non-leaf */
+    assert_false(mpri_engine_sink_passthrough(&(mpri_engine_opts_t){.retain_graph = true}, send, g, &rc));
+    mpr_tensor_t *twice = mpr_mul_scalar(w, 2.0);
+    mpri_node_t *send2 = mpri_node_create(&send_def, 1, 1);
+    mpri_node_set_next(send2, 0, mpri_tensor_edge(twice));
+    mpri_node_set_input_meta(send2, 0, twice);
+    mpri_node_set_output_meta(send2, 0, twice);
+    int calls = map.calls;
+    assert_false(mpri_engine_sink_passthrough(&opts, send2, g, &rc));
+    assert_int_equal(map.calls, calls);
+    mpri_node_release(send2);
+    mpri_node_release(send);
+    for (int i = 0; i < 2; i++) {
+        mpr_tensor_release(map.grads[i]);
+        mpr_tensor_release(via_task.grads[i]);
+    }
+    mpr_scope_end();
+    mpr_tensor_release(w);
+    mpr_tensor_release(v);
+}
+
 /* What a driver of a task can get wrong is a returned error that leaves the
  * task usable: feeding a node that is in the subgraph but is not a root (its
  * dependency count would lose an edge), or feeding a root twice. A node whose
@@ -222,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_two_roots_resume_and_sink),
         cmocka_unit_test(test_custom_node),
         cmocka_unit_test(test_send_function),
+        cmocka_unit_test(test_passthrough_to_leaves),
         cmocka_unit_test(test_refused_feeds_and_failed_task),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
