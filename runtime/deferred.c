@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 
 #include "mpri_assert.h"
+#include "mpri_event.h"
 
 typedef struct {
     mpri_deferred_fn_t fn;
@@ -30,10 +31,13 @@ static struct {
     pthread_mutex_t run_lock;   /* held by the one thread running items */
     item_t items[MPRI_DEFERRED_MAX];
     int head, len;
-    atomic_int pending; /* mirrors len, for the lock-free check of run_some */
+    atomic_int pending;        /* mirrors len, for the lock-free check of run_some */
+    _Atomic int64_t oldest_ns; /* when the ring last went from empty to not (mpri_now_ns) */
 } q = {.queue_lock = PTHREAD_MUTEX_INITIALIZER, .run_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local bool running_here;
+
+
 
 /* Run items until the ring is empty (run_lock held by this thread). */
 static void run_items_locked(void) {
@@ -77,7 +81,7 @@ void mpri_defer(mpri_deferred_fn_t fn, void *arg) {
         pthread_mutex_lock(&q.queue_lock);
         if (q.len < MPRI_DEFERRED_MAX) {
             q.items[(q.head + q.len) % MPRI_DEFERRED_MAX] = (item_t){fn, arg};
-            q.len++;
+            if (q.len++ == 0) atomic_store_explicit(&q.oldest_ns, mpri_now_ns(), memory_order_relaxed);
             atomic_store_explicit(&q.pending, q.len, memory_order_relaxed);
             pthread_mutex_unlock(&q.queue_lock);
             return;
@@ -89,6 +93,12 @@ void mpri_defer(mpri_deferred_fn_t fn, void *arg) {
         }
         mpri_deferred_flush(); /* full: the queued items run here, then this one is queued */
     }
+}
+
+void mpri_deferred_run_overdue(int64_t age_ns) {
+    if (atomic_load_explicit(&q.pending, memory_order_relaxed) == 0) return;
+    if (mpri_now_ns() - atomic_load_explicit(&q.oldest_ns, memory_order_relaxed) < age_ns) return;
+    mpri_deferred_run_some();
 }
 
 int mpri_deferred_pending(void) { return atomic_load(&q.pending); }

@@ -514,6 +514,7 @@ static void bind_progress_thread(pthread_t thread) {
 
 #define IDLE_SPIN_NS 50000
 #define IDLE_YIELD_NS 2000000
+#define DEFERRED_MAX_AGE_NS 1000000 /* releases put off longer than this run on this thread */
 #define IDLE_SLEEP_MAX_NS 1000000
 #define NAP_NS 1000000        /* the longest nap while another thread polls actively */
 #define OTHERS_STALE_NS 1000000 /* ... and how long their polls may pause before this thread polls anyway */
@@ -570,6 +571,7 @@ static void *progress_main(void *unused) {
                 nanosleep(&ts, NULL);
             }
             set_phase(PHASE_POLLING);
+            mpri_deferred_run_overdue(DEFERRED_MAX_AGE_NS); /* queued during another's wait */
             /* The others poll for us; poll only if they paused (so nothing
              * depends on them), not beside them for poll_lock. */
             if (mpri_now_ns() - atomic_load_explicit(&prog.last_other_poll_ns, memory_order_relaxed) >
@@ -582,6 +584,7 @@ static void *progress_main(void *unused) {
         /* Messages half-received need MPI progress: stay hot. */
         set_phase(PHASE_POLLING);
         int events = mpri_progress_poll();
+        mpri_deferred_run_overdue(DEFERRED_MAX_AGE_NS); /* no waiter ran them for a while */
         /* A request queued for a pool worker that was asleep (none spins):
          * give the woken worker this core now, or on a busy machine it
          * waits for a time slice while this thread polls on. Calls spaced

@@ -1,7 +1,8 @@
 /* test_rt_deferred.c — the queue of releases put off to an idle moment
  * (runtime/mpri_deferred.h): items run once each, in queue order, when a
  * thread runs some or flushes; a full queue runs its items in the caller
- * that queues one more; an item may queue another and ask for a flush
+ * that queues one more; the progress thread's turn runs them once the
+ * oldest is old enough; an item may queue another and ask for a flush
  * (no deadlock, nothing lost); items queued from several threads while
  * others run them all run exactly once; a count of live tensors runs what
  * is queued first (a tensor whose release was put off is not live); a wait
@@ -12,6 +13,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -92,6 +94,20 @@ static void test_full_queue_inside_a_run(void **state) {
     assert_int_equal(mpri_deferred_pending(), 0);
 }
 
+static void test_overdue(void **state) {
+    (void)state;
+    mpri_deferred_flush();
+    n_order = 0;
+    mpri_defer(record, (void *)(intptr_t)9);
+    mpri_deferred_run_overdue(1000000000); /* not a second old yet */
+    assert_int_equal(n_order, 0);
+    usleep(3000);
+    mpri_deferred_run_overdue(1000000); /* 3 ms old: overdue */
+    assert_int_equal(n_order, 1);
+    mpri_deferred_run_overdue(0); /* empty: nothing */
+    assert_int_equal(n_order, 1);
+}
+
 static atomic_int ran;
 static atomic_bool producers_done;
 
@@ -158,6 +174,7 @@ int main(void) {
         cmocka_unit_test(test_full_queue_runs_in_the_caller),
         cmocka_unit_test(test_item_may_queue_and_flush),
         cmocka_unit_test(test_full_queue_inside_a_run),
+        cmocka_unit_test(test_overdue),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_live_count_and_wait_run_them),
     };
