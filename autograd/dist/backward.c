@@ -695,7 +695,7 @@ static void piece_wait(piece_t *p) {
         if (!f) {
             /* bounded by the requests' timeouts */
             mpr_err_t e = mpri_future_wait_or(p->reqs[p->n_taken], MPR_WAIT_FOREVER, piece_wake, p);
-            mpri_msg_t *m = inbox_take(p->ctx);
+            mpri_msg_t *m = inbox_ready(p->ctx) ? inbox_take(p->ctx) : NULL; /* no lock for a reply */
             if (m)
                 mpri_dispatch_run_handler(handle_backward, m); /* traced: the request's handle slice */
             else if (e && !piece_wake(p)) { /* the wait failed: the runtime stopped */
