@@ -179,11 +179,6 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
 
 static void post_receives(mpri_msg_t *msg);
 
-/* Header received into `msg` (its bytes follow the struct): validate,
- * allocate the tensors and plan their batches; a message without tensors is
- * dispatched at once; one with more than POST_LOCKED_MAX_BYTES of tensors
- * goes to `*to_post`, whose receives the polling thread posts once it
- * released the poll lock, one with less has them posted here. */
 /* Release the tensors decoded for `msg` (its data will not come). */
 static void drop_decoded_tensors(mpri_msg_t *msg) {
     for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) {
@@ -225,6 +220,11 @@ static void start_inline(mpri_msg_t *msg, mpri_reader_t *r, uint32_t n) {
     mpri_dispatch(msg);
 }
 
+/* Header received into `msg` (its bytes follow the struct): validate,
+ * allocate the tensors and plan their batches; a message without tensors is
+ * dispatched at once; one with more than POST_LOCKED_MAX_BYTES of tensors
+ * goes to `*to_post`, whose receives the polling thread posts once it
+ * released the poll lock, one with less has them posted here. */
 static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to_post) {
     uint8_t *data = msg->data;
     msg->len = len;

@@ -11,7 +11,8 @@
  *           worker in `workers`, and the release of what it held, at this
  *           worker's next idle moment (mpri_deferred.h: the caller's next
  *           wait on a future, after the next step's request has gone; the
- *           progress thread idle for 2 ms; a live count; mpr_shutdown first)
+ *           progress thread within about 1 ms; a live count; mpr_shutdown
+ *           first)
  *   ALIVE --CLEANUP_AUTOGRAD_CONTEXT arrives--> ENDED, CLEANUP passed on to
  *           every worker in `workers` except its sender
  *   ALIVE --graceful shutdown, after the job is quiescent--> ENDED, reported
@@ -310,10 +311,13 @@ typedef struct {
     int nsends, ngrads, nworkers, skip_rank;
 } ended_t;
 
-/* Send the CLEANUPs, then release what the context held. */
+/* Send the CLEANUPs, then release what the context held. A release put off
+ * until the runtime stopped (shutdown runs what is left) sends nothing: the
+ * others are stopped too. */
 static void finish_ended(ended_t *e) {
     mpri_dist_ctx_t *c = e->ctx;
-    for (int i = 0; i < e->nworkers; i++) {
+    int nworkers = mpri_state() == MPRI_STOPPED ? 0 : e->nworkers;
+    for (int i = 0; i < nworkers; i++) {
         if (e->workers[i] == e->skip_rank) continue;
         mpri_outmsg_t m;
         mpri_outmsg_init(&m, MPRI_MSG_CLEANUP_AUTOGRAD_CONTEXT);
