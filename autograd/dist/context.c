@@ -171,11 +171,11 @@ static void take_contents_locked(mpri_dist_ctx_t *c, mpri_dist_send_t **sends, i
     c->ngrads = c->capgrads = 0;
 }
 
-/* An array of `c` with room inline (`room`, MPRI_DIST_INLINE entries):
- * NULL (empty) starts there without an allocation; beyond it, the heap. */
-static void *grow_array(void *arr, void *room, int used, int *cap, size_t elem) {
+/* An array of `c` with room inline (`room`, `room_n` entries): NULL
+ * (empty) starts there without an allocation; beyond it, the heap. */
+static void *grow_array(void *arr, void *room, int room_n, int used, int *cap, size_t elem) {
     if (!arr) {
-        *cap = MPRI_DIST_INLINE;
+        *cap = room_n;
         return room;
     }
     int n = *cap * 2;
@@ -231,7 +231,7 @@ mpr_err_t mpri_dist_ctx_add_worker_locked(mpri_dist_ctx_t *c, int rank) {
     for (int i = 0; i < c->nworkers; i++)
         if (c->workers[i] == rank) return MPR_OK;
     if (c->nworkers == c->capworkers) {
-        int *w = grow_array(c->workers, c->inline_workers, c->nworkers, &c->capworkers, sizeof *w);
+        int *w = grow_array(c->workers, c->inline_workers, MPRI_DIST_INLINE_WORKERS, c->nworkers, &c->capworkers, sizeof *w);
         if (!w) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
         c->workers = w;
     }
@@ -375,7 +375,7 @@ mpr_err_t mpri_dist_ctx_add_send_locked(mpri_dist_ctx_t *c, uint64_t msg_id, mpr
     MPRI_ASSERT(c->nsends == 0 || c->sends[c->nsends - 1].msg_id < msg_id,
                 "message ids made here grow, so send functions are appended in order");
     if (c->nsends == c->capsends) {
-        mpri_dist_send_t *s = grow_array(c->sends, c->inline_sends, c->nsends, &c->capsends, sizeof *s);
+        mpri_dist_send_t *s = grow_array(c->sends, c->inline_sends, MPRI_DIST_INLINE, c->nsends, &c->capsends, sizeof *s);
         if (!s) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
         c->sends = s;
     }
@@ -418,7 +418,7 @@ mpr_err_t mpri_dist_ctx_accumulate(mpri_dist_ctx_t *c, mpr_tensor_t *leaf, mpr_t
         while (i < c->ngrads && c->grads[i].leaf != leaf) i++;
         if (i == c->ngrads) {
             if (c->ngrads == c->capgrads) {
-                mpri_dist_grad_t *g = grow_array(c->grads, c->inline_grads, c->ngrads, &c->capgrads, sizeof *g);
+                mpri_dist_grad_t *g = grow_array(c->grads, c->inline_grads, MPRI_DIST_INLINE, c->ngrads, &c->capgrads, sizeof *g);
                 if (!g) {
                     pthread_mutex_unlock(&c->lock);
                     return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");

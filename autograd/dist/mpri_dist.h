@@ -18,7 +18,8 @@
 #include "mpri_autograd.h"
 #include "mpri_runtime.h"
 
-#define MPRI_DIST_INLINE 4
+#define MPRI_DIST_INLINE 4         /* send functions and gradients kept inline */
+#define MPRI_DIST_INLINE_WORKERS 2 /* workers kept inline (a 2- or 3-rank step) */
 
 /* A send function of the context, under its autograd message id. */
 typedef struct mpri_dist_send {
@@ -43,10 +44,10 @@ typedef struct mpri_dist_ctx {
     int nsends, capsends;
     mpri_dist_grad_t *grads;
     int ngrads, capgrads;
-    /* The first MPRI_DIST_INLINE entries of each array above live here (a
-     * small context's step allocates none); an array that outgrows them
-     * moves to the heap (context.c: grow_array, free_array). */
-    int inline_workers[MPRI_DIST_INLINE];
+    /* The first entries of each array above live here (a small context's
+     * step allocates none); an array that outgrows them moves to the heap
+     * (context.c: grow_array, free_array). */
+    int inline_workers[MPRI_DIST_INLINE_WORKERS];
     mpri_dist_send_t inline_sends[MPRI_DIST_INLINE];
     mpri_dist_grad_t inline_grads[MPRI_DIST_INLINE];
     uint64_t consumed_by_pass; /* a pass without retain_graph ran here (0: none) */
