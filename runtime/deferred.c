@@ -37,8 +37,6 @@ static struct {
 
 static _Thread_local bool running_here;
 
-
-
 /* Run items until the ring is empty (run_lock held by this thread). */
 static void run_items_locked(void) {
     running_here = true;

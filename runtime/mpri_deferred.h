@@ -5,14 +5,16 @@
  * graph of a whole context) queues the release instead of running it; it
  * runs when a thread next waits on a future (it is about to spin anyway),
  * when the progress thread goes idle or finds an item 1 ms old, when a
- * count of live objects is asked for, and at shutdown; and by the caller itself when the queue is full
- * (MPRI_DEFERRED_MAX items), so the memory it holds stays bounded even if
- * nothing ever waits.
+ * count of live objects is asked for, and at shutdown; and by the caller
+ * itself when the queue is full (MPRI_DEFERRED_MAX items), so the memory
+ * it holds stays bounded even if nothing ever waits.
  *
  * Ownership: an item's `arg` belongs to the queue until its `fn` has run;
- * `fn` runs exactly once, on some thread of this process, never inside a
- * handler of the progress context that is still receiving, and must not
- * wait on a future. */
+ * `fn` runs exactly once, on some thread of this process: one about to
+ * wait (never inside mpri_progress_poll), the progress thread between
+ * polls, or a caller of the functions below. It may send messages and
+ * release objects; it must not wait on a future or take a lock its queuer
+ * could hold while waiting. */
 #ifndef MPRI_DEFERRED_H
 #define MPRI_DEFERRED_H
 
