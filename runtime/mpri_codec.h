@@ -19,20 +19,43 @@
  * reserve more. Checked by the sender (a clear error) and the receiver. */
 #define MPRI_MAX_MESSAGE_TENSOR_BYTES ((uint64_t)1 << 36) /* 64 GiB */
 
-struct mpri_tensor_span;
+/* Where a contiguous CPU tensor's bytes lie and how many there are (see
+ * mpri_tensor_batches.h, which plans, packs and posts from these). */
+typedef struct mpri_tensor_span {
+    uint8_t *data;
+    size_t nbytes;
+} mpri_tensor_span_t;
+
+#define MPRI_TENSOR_LIST_INLINE 2 /* entries kept inside the list (a small message allocates none) */
 typedef struct mpri_tensor_list {
     mpr_tensor_t **items;    /* contiguous CPU tensors to send, one reference each */
     const mpr_tensor_t **orig; /* the tensors the value named (for de-duplication) */
-    struct mpri_tensor_span *spans; /* where each item's bytes lie (mpri_tensor_batches.h), noted as it is added */
+    mpri_tensor_span_t *spans; /* where each item's bytes lie, noted as it is added */
     uint32_t len, cap;
     uint64_t total_bytes;    /* data bytes of items, bounded by MPRI_MAX_MESSAGE_TENSOR_BYTES */
     uint32_t *slots;         /* open-addressing index orig -> position + 1, once len > 16 */
     uint32_t nslots;         /* power of two, > 2 * len; 0 while the list is scanned linearly */
+    /* The three arrays above point here until the list outgrows them: a
+     * list is never copied by value (mpri_tensor_list_move moves one). */
+    mpr_tensor_t *inline_items[MPRI_TENSOR_LIST_INLINE];
+    const mpr_tensor_t *inline_orig[MPRI_TENSOR_LIST_INLINE];
+    mpri_tensor_span_t inline_spans[MPRI_TENSOR_LIST_INLINE];
 } mpri_tensor_list_t;
 
 void mpri_tensor_list_init(mpri_tensor_list_t *l);
 /* Releases the tensors. */
 void mpri_tensor_list_fini(mpri_tensor_list_t *l);
+/* Move `src`'s contents (tensor references included) to `dst`, which need
+ * not be initialized; `src` is left empty (initialized). */
+void mpri_tensor_list_move(mpri_tensor_list_t *dst, mpri_tensor_list_t *src);
+
+/* Add live tensor `t` to the list (once: a tensor already there gives its
+ * first index) and set *index to its position; what travels is a
+ * contiguous host copy when `t` is strided or on a device (its descriptor
+ * names the device). For encoders that write tensor indices themselves
+ * (dist autograd's gradients); errors: a device over 127, a tensor over
+ * 2 GiB, too many tensors or bytes for one message, out of memory. */
+mpr_err_t mpri_tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index);
 
 /* Append the encoding of `v` to `out`, adding its tensors to `tensors`.
  * `dst_rank` is where the value goes (RRef values need it). */

@@ -147,6 +147,11 @@ typedef struct mpri_msg {
  * handler calls this exactly once per message it was given. */
 void mpri_msg_done(mpri_msg_t *msg);
 
+/* The message's received tensors, for a body that names them by index
+ * itself instead of holding a value: device tensors are put on their
+ * devices first (as a value decode does). Borrowed: valid until
+ * mpri_msg_done. */
+mpr_err_t mpri_msg_tensors(mpri_msg_t *msg, mpr_tensor_t *const **tensors, uint32_t *count);
 /* Decode the message body as one value (after `skip` bytes). */
 mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out);
 /* The same, the value taking over the message's references to the tensors

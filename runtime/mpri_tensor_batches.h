@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "mpirpc/tensor.h"
+#include "mpri_codec.h"
 
 #define MPRI_BATCH_ALONE_BYTES ((size_t)64 << 10)
 #define MPRI_BATCH_MAX_BYTES ((size_t)16 << 20)
@@ -55,10 +56,8 @@ bool mpri_batch_planner_next(mpri_batch_planner_t *p, size_t nbytes);
  * one walk over a message's tensors (mpri_tensor_spans). A list of
  * thousands of small tensors otherwise has each tensor and storage record
  * fetched from memory again at every step. */
-typedef struct mpri_tensor_span {
-    uint8_t *data;
-    size_t nbytes;
-} mpri_tensor_span_t;
+/* mpri_tensor_span_t itself is defined in mpri_codec.h (a tensor list
+ * keeps its first spans inline). */
 /* spans[i] of tensors[i], i < n (contiguous, live CPU tensors). */
 void mpri_tensor_spans(mpr_tensor_t *const *tensors, uint32_t n, mpri_tensor_span_t *spans);
 

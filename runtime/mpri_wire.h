@@ -11,7 +11,10 @@
  * tensor after the other in list order, follow the descriptors, and
  * batch_count is 0 (a message to another rank whose tensors hold at most
  * MPRI_INLINE_TENSOR_BYTES and that stays within MPRI_INLINE_MESSAGE_BYTES in
- * all: one MPI message instead of two, no data receive to post). The header
+ * all: one MPI message instead of two, no data receive to post). Version 4:
+ * dist autograd's backward requests carry their gradients in their own byte
+ * layout (autograd/dist/grad_wire.c), and their replies a flat answers
+ * value, instead of value trees. The header
  * is versioned; a receiver rejects a wrong magic/version, an unknown kind,
  * lengths that disagree with the received size, a batch count that cannot
  * fit the tensor count, and inline bytes that do not add up to the
@@ -25,7 +28,7 @@
 #include "mpirpc/error.h"
 
 #define MPRI_WIRE_MAGIC 0x4d52u /* "RM" */
-#define MPRI_WIRE_VERSION 3
+#define MPRI_WIRE_VERSION 4
 #define MPRI_TAG_AM 1
 #define MPRI_TAG_DATA_FIRST 2
 

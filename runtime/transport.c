@@ -50,6 +50,7 @@ const char *mpri_mpi_error_string(int code, char *buf, int len) {
  * sending a small message allocates nothing in the steady state. A thread
  * key frees it when the thread exits. */
 #define SPARE_MAX ((size_t)64 << 10)
+#define OUTMSG_FIRST_BYTES 1024 /* a fresh encode buffer's size */
 static pthread_key_t spare_key;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 static _Thread_local mpri_buf_t spare;
@@ -60,18 +61,58 @@ static void spare_free(void *unused) {
 
 static void spare_key_create(void) { pthread_key_create(&spare_key, spare_free); }
 
+/* Fresh-sized buffers (OUTMSG_FIRST_BYTES) whose send completed on a thread
+ * that had a spare already: a message carrying a tensor completes only once
+ * the receiver took it, usually on another thread than the one that built
+ * it, which would otherwise allocate a buffer for each such message. A few
+ * lock-free slots; each holds a buffer or NULL, and a buffer is in one
+ * slot at most (exchanged in, exchanged out). Emptied at stop. */
+#define STASH_SLOTS 4
+static _Atomic(uint8_t *) stash[STASH_SLOTS];
+
+static bool stash_put(uint8_t *data) {
+    for (int i = 0; i < STASH_SLOTS; i++) {
+        uint8_t *expected = NULL;
+        if (atomic_compare_exchange_strong(&stash[i], &expected, data)) return true;
+    }
+    return false;
+}
+
+static uint8_t *stash_take(void) {
+    for (int i = 0; i < STASH_SLOTS; i++)
+        if (atomic_load_explicit(&stash[i], memory_order_relaxed)) {
+            uint8_t *d = atomic_exchange(&stash[i], NULL);
+            if (d) return d;
+        }
+    return NULL;
+}
+
+/* A buffer of `cap` bytes that is no longer needed: kept for reuse when it
+ * has the fresh size, else freed. */
+static void buffer_done(uint8_t *data, size_t cap) {
+    if (data && cap == OUTMSG_FIRST_BYTES && stash_put(data)) return;
+    free(data);
+}
+
 void mpri_outmsg_init(mpri_outmsg_t *m, int kind) {
     memset(&m->hdr, 0, sizeof m->hdr);
     m->left = false;
     m->hdr.kind = (uint8_t)kind;
+    uint8_t *stashed;
     if (spare.data) {
         m->wire = spare;
         m->wire.len = 0;
         memset(&spare, 0, sizeof spare);
+    } else if ((stashed = stash_take())) {
+        m->wire = (mpri_buf_t){.data = stashed, .cap = OUTMSG_FIRST_BYTES};
     } else {
         mpri_buf_init(&m->wire);
     }
-    if (mpri_buf_reserve(&m->wire, 256)) { /* else `failed` is set and mpri_send reports it */
+    /* Room for a message carrying a small tensor inline (mpri_wire.h): the
+     * spare is often gone (a send that completes later frees its buffer on
+     * the thread that sees it done), and a buffer grown while sending costs
+     * a realloc and a copy. */
+    if (mpri_buf_reserve(&m->wire, OUTMSG_FIRST_BYTES)) { /* else `failed` is set and mpri_send reports it */
         m->wire.len = sizeof(mpri_wire_header_t); /* room for the header */
         memset(m->wire.data, 0, m->wire.len);
     }
@@ -85,7 +126,8 @@ void mpri_outmsg_fini(mpri_outmsg_t *m) {
         spare = m->wire;
         memset(&m->wire, 0, sizeof m->wire);
     }
-    mpri_buf_fini(&m->wire);
+    buffer_done(m->wire.data, m->wire.cap);
+    memset(&m->wire, 0, sizeof m->wire);
     mpri_tensor_list_fini(&m->tensors);
 }
 
@@ -137,6 +179,14 @@ static mpr_err_t msg_decode(mpri_msg_t *msg, size_t skip, bool take, mpr_value_t
     return e;
 }
 
+mpr_err_t mpri_msg_tensors(mpri_msg_t *msg, mpr_tensor_t *const **tensors, uint32_t *count) {
+    mpr_err_t placed = mpri_tensor_placement_apply(msg->placement, msg->tensors);
+    if (placed) return placed;
+    *tensors = msg->tensors;
+    *count = msg->hdr.tensor_count;
+    return MPR_OK;
+}
+
 mpr_err_t mpri_msg_decode_value(const mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
     /* Not taking, the message is not changed: only placement writes its
      * tensors array, as it always has. */
@@ -150,12 +200,14 @@ mpr_err_t mpri_msg_take_value(mpri_msg_t *msg, size_t skip, mpr_value_t **out) {
 /* ---- sends in flight ---- */
 
 typedef struct inflight {
-    MPI_Request *reqs; /* n: the message, then its tensor batches */
+    MPI_Request *reqs; /* n: the message, then its tensor batches (inline_reqs when n <= 2) */
+    MPI_Request inline_reqs[2];
     int n;
     int dst;
     int64_t give_up_ns; /* 0: never */
     int64_t posted_ns;  /* when it was handed over (mpri_transport_describe) */
     void *bytes;        /* the encoded message */
+    size_t bytes_cap;   /* its buffer's size (buffer_done) */
     void *packed;       /* small tensors packed for their batches (mpri_host_alloc), or NULL */
     size_t packed_bytes;
     mpri_tensor_list_t tensors;
@@ -178,8 +230,8 @@ long mpri_transport_sends_abandoned(void) { return atomic_load(&tx.abandoned_cou
 unsigned long long mpri_transport_batches_posted(void) { return atomic_load(&tx.batches_posted); }
 
 static void inflight_free(inflight_t *s) {
-    free(s->reqs);
-    free(s->bytes);
+    if (s->reqs != s->inline_reqs) free(s->reqs);
+    buffer_done(s->bytes, s->bytes_cap);
     mpri_host_free(s->packed, s->packed_bytes);
     mpri_tensor_list_fini(&s->tensors);
     free(s);
@@ -305,6 +357,7 @@ void mpri_transport_stop(void) {
     atomic_fetch_add(&tx.abandoned_count, atomic_exchange(&tx.active_count, 0));
     mpri_msg_t *msg;
     while ((msg = mpri_transport_take_local())) mpri_msg_done(msg);
+    for (uint8_t *d; (d = stash_take());) free(d);
 }
 
 /* Hand the posted requests of `m` to the sends in flight (the encoded bytes
@@ -312,10 +365,9 @@ void mpri_transport_stop(void) {
 static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_outmsg_t *m, void *packed,
                   size_t packed_bytes) {
     inflight_t *s = malloc(sizeof *s);
-    MPI_Request *copy = malloc(sizeof *copy * (size_t)n);
+    MPI_Request *copy = !s ? NULL : n <= 2 ? s->inline_reqs : malloc(sizeof *copy * (size_t)n);
     if (!s || !copy) {
         free(s);
-        free(copy);
         return false;
     }
     memcpy(copy, reqs, sizeof *copy * (size_t)n);
@@ -325,11 +377,11 @@ static bool track(MPI_Request *reqs, int n, int dst, int64_t give_up_ns, mpri_ou
     s->give_up_ns = give_up_ns;
     s->posted_ns = mpri_now_ns();
     size_t len;
+    s->bytes_cap = m->wire.cap;
     s->bytes = mpri_buf_steal(&m->wire, &len);
     s->packed = packed;
     s->packed_bytes = packed_bytes;
-    s->tensors = m->tensors;
-    mpri_tensor_list_init(&m->tensors);
+    mpri_tensor_list_move(&s->tensors, &m->tensors);
     atomic_fetch_add(&tx.active_count, 1);
     pthread_mutex_lock(&tx.lock);
     s->next = tx.active;

@@ -53,7 +53,28 @@
 #include "mpri_tensor_batches.h"
 #include "mpri_wire.h"
 
-void mpri_tensor_list_init(mpri_tensor_list_t *l) { memset(l, 0, sizeof *l); }
+void mpri_tensor_list_init(mpri_tensor_list_t *l) {
+    l->items = l->inline_items;
+    l->orig = l->inline_orig;
+    l->spans = l->inline_spans;
+    l->len = 0;
+    l->cap = MPRI_TENSOR_LIST_INLINE;
+    l->total_bytes = 0;
+    l->slots = NULL;
+    l->nslots = 0;
+}
+
+static bool list_inline(const mpri_tensor_list_t *l) { return l->items == l->inline_items; }
+
+void mpri_tensor_list_move(mpri_tensor_list_t *dst, mpri_tensor_list_t *src) {
+    *dst = *src;
+    if (list_inline(src)) { /* the inline entries came with the copy: point at dst's */
+        dst->items = dst->inline_items;
+        dst->orig = dst->inline_orig;
+        dst->spans = dst->inline_spans;
+    }
+    mpri_tensor_list_init(src);
+}
 
 void mpri_tensor_list_fini(mpri_tensor_list_t *l) {
     /* The shared counters (live tensors, a block's references) dropped once
@@ -61,11 +82,13 @@ void mpri_tensor_list_fini(mpri_tensor_list_t *l) {
     mpri_tensor_release_batch_t batch = {0};
     for (uint32_t i = 0; i < l->len; i++) mpri_tensor_release_deferred(l->items[i], &batch);
     mpri_tensor_release_flush(&batch);
-    free(l->items);
-    free(l->orig);
-    free(l->spans);
+    if (!list_inline(l)) {
+        free(l->items);
+        free(l->orig);
+        free(l->spans);
+    }
     free(l->slots);
-    memset(l, 0, sizeof *l);
+    mpri_tensor_list_init(l);
 }
 
 /* De-duplication of the tensors a value names: a linear scan for short lists,
@@ -125,6 +148,25 @@ static mpr_err_t tensor_list_reserve_index(mpri_tensor_list_t *l, uint32_t more)
 /* The list's arrays to `cap` entries (cap > l->cap); on failure the list
  * is unchanged but for an array that already grew (still valid). */
 static mpr_err_t tensor_list_grow(mpri_tensor_list_t *l, uint32_t cap) {
+    if (list_inline(l)) { /* off the inline entries: to the heap, all three at once */
+        mpr_tensor_t **items = malloc(cap * sizeof *items);
+        const mpr_tensor_t **orig = malloc(cap * sizeof *orig);
+        mpri_tensor_span_t *spans = malloc(cap * sizeof *spans);
+        if (!items || !orig || !spans) {
+            free(items);
+            free(orig);
+            free(spans);
+            return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
+        }
+        memcpy(items, l->items, l->len * sizeof *items);
+        memcpy(orig, l->orig, l->len * sizeof *orig);
+        memcpy(spans, l->spans, l->len * sizeof *spans);
+        l->items = items;
+        l->orig = orig;
+        l->spans = spans;
+        l->cap = cap;
+        return MPR_OK;
+    }
     mpr_tensor_t **items = realloc(l->items, cap * sizeof *items);
     if (!items) return mpr_error_set(MPR_ERR_NOMEM, "encode: out of memory");
     l->items = items;
@@ -149,7 +191,7 @@ static mpr_err_t tensor_list_reserve(mpri_tensor_list_t *l, uint32_t more) {
     return tensor_list_reserve_index(l, more);
 }
 
-static mpr_err_t tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index) {
+mpr_err_t mpri_tensor_list_add(mpri_tensor_list_t *l, mpr_tensor_t *t, uint32_t *index) {
     /* Found, or the free slot of the index where `t` goes. */
     uint32_t slot = UINT32_MAX;
     if (!l->nslots) {
@@ -242,7 +284,7 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
         return MPR_OK;
     case MPR_VALUE_TENSOR: {
         uint32_t index = 0;
-        mpr_err_t e = tensor_list_add(tensors, v->u.tensor, &index);
+        mpr_err_t e = mpri_tensor_list_add(tensors, v->u.tensor, &index);
         if (e) return e;
         mpri_buf_put_u32(out, index);
         return MPR_OK;
@@ -279,7 +321,7 @@ static mpr_err_t encode_rec(const mpr_value_t *v, mpri_buf_t *out, mpri_tensor_l
                 /* A tensor item (most items of a parameter list) without
                  * the recursive call. */
                 uint32_t index = 0;
-                if ((e = tensor_list_add(tensors, item->u.tensor, &index))) return e;
+                if ((e = mpri_tensor_list_add(tensors, item->u.tensor, &index))) return e;
                 mpri_buf_put_u8(out, MPR_VALUE_TENSOR);
                 mpri_buf_put_u32(out, index);
                 continue;

@@ -61,16 +61,14 @@
  *
  * Messages: BACKWARD_AUTOGRAD_REQ — header: context id and the message id of
  * the send function on the receiver; body: u64 pass id, u8 retain_graph,
- * then a list of k gradients (k = the send function's outputs). Answered
- * with BACKWARD_AUTOGRAD_RESP: none, or a list of answers [int message id of
- * a send function on the requester, list of its gradients]; or an error.
- * A gradient is a tensor, or — for a broadcast gradient such as sum's, whose
- * stride-0 dims hold one value — a list [the tensor with those dims of size
- * 1, int size of dim 0, ...] that the receiver expands again (no copy; a
- * 256x256 ones tensor travels as one float); when every dim is stride-0 (a
- * single value, on the CPU) the list is [double value, int dtype, int size
- * of dim 0, ...]: no tensor at all, so the message has no data message
- * behind it.
+ * then the k gradients (k = the send function's outputs) in grad_wire.c's
+ * byte layout, naming the message's tensors by index (no value tree).
+ * Answered with BACKWARD_AUTOGRAD_RESP: none, or the answers value of
+ * grad_wire.c (groups of a message id of a send function on the requester
+ * and its gradients); or an error. A broadcast gradient (sum's: stride-0
+ * dims) travels as its one-row tensor plus the sizes, and a single value
+ * (every dim stride-0, on the CPU) as a number: no tensor at all, so the
+ * message has no data behind it.
  *
  * A piece run from gradients for a send function whose edges all end at
  * leaves (the usual ANSWER: parameters this worker sent) puts them in the
@@ -106,6 +104,7 @@
 #include "mpri_error.h"
 #include "mpri_event.h"
 #include "mpri_future.h"
+#include "mpri_grad_wire.h"
 #include "mpri_pool.h"
 #include "mpri_tensor.h"
 #include "mpri_trace.h"
@@ -121,7 +120,7 @@ typedef struct piece {
      * a request, the running piece's `answering` for one run from an answer,
      * NULL on the root's side. */
     struct piece *answering;
-    mpr_value_t *answers; /* when begun by a request: its answers so far (NULL: none) */
+    mpri_grad_answers_t answers; /* when begun by a request: its answers so far (grad_wire.c) */
     bool sealed;          /* the run returned */
     mpr_future_t *result; /* completed at DONE: none, or the error */
     /* The requests the run sent (and, when WAITING, those adopted from its
@@ -158,7 +157,7 @@ static void piece_fini(piece_t *p) {
     mpri_graph_task_destroy(p->task);
     for (int i = 0; i < p->n_reqs; i++) mpr_future_release(p->reqs[i]);
     free(p->reqs);
-    mpr_value_release(p->answers);
+    mpri_grad_answers_fini(&p->answers);
     mpri_dist_ctx_release(p->ctx);
     mpr_future_release(p->result);
 }
@@ -255,132 +254,6 @@ static void piece_adopt_requests(piece_t *p, piece_t *q) {
     q->n_reqs = 0;
 }
 
-/* ---- gradients on the wire ---- */
-
-/* `g` as a wire item (new value): the tensor, or for a broadcast tensor
- * [the tensor with its stride-0 dims of size 1, sizes...]. A strided
- * gradient is made contiguous here by the backend's copy (the codec's
- * generic copy is element by element). */
-static mpr_value_t *grad_to_wire(mpr_tensor_t *g) {
-    int64_t compact[MPR_MAX_DIMS];
-    bool broadcast = false, single = g->storage->device < 0 && (g->dtype == MPR_F32 || g->dtype == MPR_F64);
-    for (int d = 0; d < g->ndim; d++) {
-        compact[d] = g->strides[d] == 0 ? 1 : g->shape[d];
-        if (compact[d] != g->shape[d]) broadcast = true;
-        if (compact[d] != 1) single = false;
-    }
-    if (broadcast && single) { /* one value: [double, dtype, sizes...], no tensor on the wire */
-        const void *at = mpr_tensor_data(g); /* a CPU f32/f64 element (`single` says so) */
-        double x = g->dtype == MPR_F32 ? (double)*(const float *)at : *(const double *)at;
-        mpr_value_t *item = mpr_value_list_of(2, mpr_value_new_double(x), mpr_value_new_int((int64_t)g->dtype));
-        for (int d = 0; item && d < g->ndim; d++)
-            if (mpr_value_list_append(item, mpr_value_new_int(g->shape[d])) != MPR_OK) {
-                mpr_value_release(item);
-                item = NULL;
-            }
-        return item;
-    }
-    mpr_tensor_t *c = broadcast ? mpri_tensor_view(g->storage, g->dtype, g->ndim, compact, g->strides, g->offset)
-                                : mpr_tensor_retain(g);
-    if (c && !mpr_tensor_is_contiguous(c)) {
-        mpr_tensor_t *packed = mpri_contiguous_raw(c);
-        mpr_tensor_release(c);
-        c = packed;
-    }
-    if (!c) return NULL;
-    mpr_value_t *v = mpr_value_new_tensor(c);
-    mpr_tensor_release(c);
-    if (!v || !broadcast) return v;
-    mpr_value_t *item = mpr_value_new_list();
-    if (mpr_value_list_append(item, v) != MPR_OK) {
-        mpr_value_release(item);
-        return NULL;
-    }
-    for (int d = 0; d < g->ndim; d++)
-        if (mpr_value_list_append(item, mpr_value_new_int(g->shape[d])) != MPR_OK) {
-            mpr_value_release(item);
-            return NULL;
-        }
-    return item;
-}
-
-static mpr_value_t *grads_to_wire(int n, mpr_tensor_t *const *gs) {
-    mpr_value_t *list = mpr_value_new_list();
-    for (int i = 0; list && i < n; i++)
-        if (mpr_value_list_append(list, grad_to_wire(gs[i])) != MPR_OK) {
-            mpr_value_release(list);
-            list = NULL;
-        }
-    return list;
-}
-
-/* A tensor of `shape` whose every element is `x`: one element of storage
- * seen through `strides` (all 0; NULL for a shape of one element) on the
- * CPU (no scope: ours to release), or a filled tensor on a device; NULL
- * with the error set. */
-static mpr_tensor_t *one_value(int device, mpr_dtype_t dt, int nd, const int64_t *shape, const int64_t *strides,
-                               double x) {
-    if (device >= 0 || (dt != MPR_F32 && dt != MPR_F64)) {
-        mpr_scope_begin(); /* ours to release, whether or not the thread has a scope open */
-        mpr_tensor_t *t = mpr_scope_keep(mpri_full_on(device, dt, nd, shape, x));
-        mpr_scope_end();
-        return t;
-    }
-    mpri_storage_t *s = mpri_storage_create(mpr_dtype_size(dt));
-    if (!s) return NULL;
-    if (dt == MPR_F32)
-        *(float *)s->data = (float)x;
-    else
-        *(double *)s->data = x;
-    mpr_tensor_t *t = mpri_tensor_view(s, dt, nd, shape, strides, 0);
-    mpri_storage_release(s);
-    return t;
-}
-
-/* A single-value item [double, int dtype, sizes...] back to a gradient: one
- * element expanded (stride 0) to the sizes; NULL with the error set. */
-static mpr_tensor_t *single_from_wire(const mpr_value_t *item) {
-    size_t n = mpr_value_list_len(item);
-    double x = 0;
-    int64_t dt = -1, shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS] = {0};
-    bool ok = n >= 2 && n - 2 <= MPR_MAX_DIMS && mpr_value_get_double(mpr_value_list_get(item, 0), &x) == MPR_OK &&
-              mpr_value_get_int(mpr_value_list_get(item, 1), &dt) == MPR_OK && (dt == MPR_F32 || dt == MPR_F64);
-    int nd = ok ? (int)n - 2 : 0;
-    for (int d = 0; ok && d < nd; d++) {
-        ok = mpr_value_get_int(mpr_value_list_get(item, (size_t)d + 2), &shape[d]) == MPR_OK && shape[d] >= 0;
-    }
-    if (!ok) {
-        mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
-        return NULL;
-    }
-    return one_value(-1, (mpr_dtype_t)dt, nd, shape, strides, x);
-}
-
-/* A wire item back to a gradient (new reference) or NULL with the error set. */
-static mpr_tensor_t *grad_from_wire(const mpr_value_t *item) {
-    mpr_tensor_t *t = NULL;
-    if (mpr_value_kind(item) == MPR_VALUE_TENSOR) {
-        mpr_value_get_tensor(item, &t);
-        return mpr_tensor_retain(t);
-    }
-    size_t n = mpr_value_list_len(item);
-    if (n >= 1 && mpr_value_kind(mpr_value_list_get(item, 0)) == MPR_VALUE_DOUBLE) return single_from_wire(item);
-    if (mpr_value_get_tensor(mpr_value_list_get(item, 0), &t) != MPR_OK || (int)n - 1 != t->ndim) {
-        mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
-        return NULL;
-    }
-    int64_t shape[MPR_MAX_DIMS], strides[MPR_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++) {
-        if (mpr_value_get_int(mpr_value_list_get(item, (size_t)d + 1), &shape[d]) != MPR_OK || shape[d] < 0 ||
-            (t->shape[d] != 1 && t->shape[d] != shape[d])) {
-            mpr_error_set(MPR_ERR_DECODE, "malformed broadcast gradient in a backward message");
-            return NULL;
-        }
-        strides[d] = t->shape[d] == shape[d] ? t->strides[d] : 0;
-    }
-    return mpri_tensor_view(t->storage, t->dtype, t->ndim, shape, strides, t->offset);
-}
-
 /* ---- running pieces ---- */
 
 /* The engine's sink of a piece: the leaf's gradient into the context; a
@@ -431,22 +304,25 @@ static void piece_run(piece_t *p, int n, const mpri_edge_t *edges, mpr_tensor_t 
 }
 
 /* Run `p` (initialized, RUNNING) from the send function `msg_id` of its
- * context fed with the wire gradients `grads`, until its run returns (the
- * caller waits, or adopts its requests). Bad input (no such send function, a wrong count, a malformed gradient) is
- * DONE(error) without a run. */
-static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads) {
+ * context fed with the next group of gradients of `rd` (grad_wire.c), until
+ * its run returns (the caller waits, or adopts its requests). With `last`
+ * the group must end the bytes. Bad input (no such send function, a wrong
+ * count, a malformed gradient, trailing bytes) is DONE(error) without a
+ * run. */
+static void piece_run_send(piece_t *p, uint64_t msg_id, mpri_grads_reader_t *rd, bool last) {
     mpri_dist_ctx_t *c = p->ctx;
     pthread_mutex_lock(&c->lock);
     mpri_node_t *send = mpri_dist_ctx_find_send_locked(c, msg_id);
     pthread_mutex_unlock(&c->lock);
-    mpr_err_t e = MPR_OK;
+    uint32_t count = 0;
+    mpr_err_t e = mpri_grads_read_count(rd, &count);
     int k = send ? send->n_outputs : 0;
-    if (!send)
+    if (!e && !send)
         e = mpr_error_set(MPR_ERR_NOT_FOUND, "context %" PRId64 " has no send function for message %" PRIu64, c->id,
                           msg_id);
-    else if (mpr_value_kind(grads) != MPR_VALUE_LIST || (int)mpr_value_list_len(grads) != k)
-        e = mpr_error_set(MPR_ERR_DECODE, "backward message with %zu gradients for a send function of %d tensors",
-                          mpr_value_list_len(grads), k);
+    else if (!e && count != (uint32_t)k)
+        e = mpr_error_set(MPR_ERR_DECODE, "backward message with %" PRIu32 " gradients for a send function of %d tensors",
+                          count, k);
     /* A send function's few gradients: on the stack (no allocation). */
     mpri_edge_t stack_edges[8];
     mpr_tensor_t *stack_gs[8] = {0}, *stack_wire[8];
@@ -457,8 +333,10 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
         e = mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
     for (int i = 0; !e && i < k; i++) {
         edges[i] = (mpri_edge_t){send, i};
-        if (!(gs[i] = grad_from_wire(mpr_value_list_get(grads, (size_t)i)))) e = mpr_last_error_code();
+        e = mpri_grads_read_one(rd, &gs[i]);
     }
+    if (!e && last && rd->r.left)
+        e = mpr_error_set(MPR_ERR_DECODE, "%zu trailing bytes after the gradients of a backward message", rd->r.left);
     if (e) {
         char text[MPR_ERROR_TEXT_MAX];
         snprintf(text, sizeof text, "%s", mpr_last_error());
@@ -481,24 +359,31 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, const mpr_value_t *grads
     mpri_node_release(send);
 }
 
-/* Run the answers of a reply (a list of [message id, gradients]) as ANSWER
- * pieces of WAITING `p`'s pass: each runs to DONE and `p` adopts the
- * requests it sent; the first failure fails `p`. */
+/* Run the answers of a reply (grad_wire.c: groups of a message id and its
+ * gradients) as ANSWER pieces of WAITING `p`'s pass: each runs to DONE and
+ * `p` adopts the requests it sent; the first failure fails `p`. */
 static void piece_run_answers(piece_t *p, const mpr_value_t *answers) {
-    size_t n = mpr_value_list_len(answers);
-    for (size_t i = 0; i < n && !piece_done(p); i++) {
-        const mpr_value_t *a = mpr_value_list_get(answers, i);
-        int64_t msg_id = 0;
-        if (mpr_value_list_len(a) != 2 || mpr_value_get_int(mpr_value_list_get(a, 0), &msg_id) != MPR_OK) {
+    mpri_grads_reader_t rd;
+    mpr_tensor_t *stack[8], **heap = NULL;
+    uint32_t n = 0;
+    if (mpri_grad_answers_open(answers, &rd, &n, stack, 8, &heap) != MPR_OK) {
+        char text[MPR_ERROR_TEXT_MAX];
+        snprintf(text, sizeof text, "%s", mpr_last_error());
+        piece_fail(p, mpr_last_error_code(), text);
+        return;
+    }
+    for (uint32_t i = 0; i < n && !piece_done(p); i++) {
+        uint64_t msg_id = 0;
+        if (mpri_grad_answers_next(&rd, &msg_id) != MPR_OK) {
             piece_fail(p, MPR_ERR_DECODE, "malformed answer in a backward reply");
-            return;
+            break;
         }
         piece_t q;
         if (piece_init(&q, p->ctx, p->pass_id, p->retain_graph, NULL, p->answering) != MPR_OK) {
             piece_fail(p, MPR_ERR_NOMEM, "dist backward: out of memory");
-            return;
+            break;
         }
-        piece_run_send(&q, (uint64_t)msg_id, mpr_value_list_get(a, 1));
+        piece_run_send(&q, msg_id, &rd, i + 1 == n);
         if (!piece_done(&q)) {
             piece_adopt_requests(p, &q);
             piece_succeed(&q);
@@ -507,6 +392,7 @@ static void piece_run_answers(piece_t *p, const mpr_value_t *answers) {
         }
         piece_fini(&q);
     }
+    free(heap);
 }
 
 /* ---- handing backward requests to the threads that wait for them ---- */
@@ -726,18 +612,11 @@ mpr_err_t mpri_dist_recv_backward(mpri_node_t *node, mpr_tensor_t *const *gout, 
                              "backward reached a tensor received by an RPC in dist autograd context %" PRId64
                              ": run mpr_dist_backward in that context, not mpr_backward",
                              ctx_id);
-    mpr_value_t *grads = grads_to_wire(node->n_outputs, gout);
-    if (!grads) return mpr_last_error_code();
     piece_t *a = p->answering;
     if (a && peer == a->msg->src && (int64_t)a->msg->hdr.autograd_context_id == ctx_id) {
         /* The worker waiting for a's reply: the gradients go back in it. */
         MPRI_ASSERT(!piece_done(a), "answers are added only to a piece not yet answered");
-        mpr_value_t *answer = mpr_value_list_of(2, mpr_value_new_int((int64_t)msg_id), grads);
-        if (!a->answers && answer && !(a->answers = mpr_value_new_list())) {
-            mpr_value_release(answer);
-            answer = NULL;
-        }
-        return answer ? mpr_value_list_append(a->answers, answer) : mpr_last_error_code();
+        return mpri_grad_answers_add(&a->answers, msg_id, node->n_outputs, gout);
     }
     mpri_outmsg_t m;
     mpri_outmsg_init(&m, MPRI_MSG_BACKWARD_AUTOGRAD_REQ);
@@ -745,8 +624,7 @@ mpr_err_t mpri_dist_recv_backward(mpri_node_t *node, mpr_tensor_t *const *gout, 
     m.hdr.autograd_message_id = msg_id;
     mpri_buf_put_u64(&m.wire, p->pass_id);
     mpri_buf_put_u8(&m.wire, p->retain_graph);
-    mpr_err_t e = mpri_value_encode(grads, &m.wire, &m.tensors, peer);
-    mpr_value_release(grads);
+    mpr_err_t e = mpri_grads_write(&m.wire, mpri_grad_tensor_list_add, &m.tensors, node->n_outputs, gout);
     if (e) {
         mpri_outmsg_fini(&m);
         return e;
@@ -796,10 +674,15 @@ static void handle_backward(mpri_msg_t *msg) {
     mpri_reader_init(&r, msg->body, msg->hdr.body_len);
     uint64_t pass_id = 0;
     uint8_t retain = 0;
-    mpr_value_t *grads = NULL;
-    if (mpri_read_u64(&r, &pass_id) || mpri_read_u8(&r, &retain) || retain > 1 ||
-        mpri_msg_decode_value(msg, 9, &grads) != MPR_OK)
+    mpri_grads_reader_t grads;
+    if (mpri_read_u64(&r, &pass_id) || mpri_read_u8(&r, &retain) || retain > 1)
         return refuse(msg, MPR_ERR_DECODE, "malformed backward request");
+    if (mpri_msg_tensors(msg, &grads.tensors, &grads.ntensors) != MPR_OK) {
+        char why[MPR_ERROR_TEXT_MAX];
+        snprintf(why, sizeof why, "%s", mpr_last_error());
+        return refuse(msg, mpr_last_error_code(), why);
+    }
+    grads.r = r;
     mpri_dist_ctx_t *c = mpri_dist_ctx_find(ctx_id);
     char text[MPR_ERROR_TEXT_MAX];
     mpr_err_t e = c ? enter_pass(c, pass_id, retain) : MPR_OK;
@@ -812,20 +695,21 @@ static void handle_backward(mpri_msg_t *msg) {
     if (c && !e && (e = piece_init(&p, c, pass_id, retain, msg, NULL)) != MPR_OK)
         snprintf(text, sizeof text, "%s", mpr_last_error());
     mpri_dist_ctx_release(c);
-    if (!c || e) {
-        mpr_value_release(grads);
-        return refuse(msg, c ? e : MPR_ERR_NOT_FOUND, text);
-    }
+    if (!c || e) return refuse(msg, c ? e : MPR_ERR_NOT_FOUND, text);
     bool traced = mpri_observing(MPRI_OBSERVE_TRACE);
     if (traced) mpri_trace_range_begin(MPRI_TCAT_AUTOGRAD, "dist backward (piece)");
-    piece_run_send(&p, msg->hdr.autograd_message_id, grads);
+    piece_run_send(&p, msg->hdr.autograd_message_id, &grads, true);
     piece_wait(&p);
     if (traced) mpri_trace_range_end();
-    mpr_value_release(grads);
     /* DONE: answer the request. */
-    if (mpr_future_error(p.result) == MPR_OK)
-        mpri_reply_value(msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, p.answers);
-    else
+    if (mpr_future_error(p.result) == MPR_OK) {
+        mpr_value_t *answers = mpri_grad_answers_value(&p.answers);
+        if (!answers && p.answers.count)
+            mpri_reply_error(msg, MPR_ERR_NOMEM, "dist backward: out of memory for the answers");
+        else
+            mpri_reply_value(msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, answers);
+        mpr_value_release(answers);
+    } else
         mpri_reply_future_error(msg, p.result);
     mpri_msg_done(msg);
     p.msg = NULL;
@@ -866,7 +750,7 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
         edges[i] = mpri_tensor_edge(roots[i]);
         const mpr_tensor_t *t = roots[i];
         /* a root is a scalar: one element, contiguous strides */
-        ones[i] = one_value(mpr_tensor_device(t), mpr_tensor_dtype(t), mpr_tensor_ndim(t), mpr_tensor_shape(t), NULL, 1.0);
+        ones[i] = mpri_grad_filled(mpr_tensor_device(t), mpr_tensor_dtype(t), mpr_tensor_ndim(t), mpr_tensor_shape(t), NULL, 1.0);
         if (!edges[i].node || !ones[i]) e = mpr_last_error_code() ? mpr_last_error_code() : MPR_ERR_NOMEM;
     }
     piece_t p;
