@@ -38,8 +38,23 @@ static mpr_err_t sum_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_ten
     int64_t keep[MPR_MAX_DIMS];
     for (int i = 0; i < m->ndim; i++) keep[i] = st->reduced[i] ? 1 : m->shape[i];
     mpr_tensor_t *g = gout[0];
-    if (st->scale != 1.0) g = mpr_mul_scalar(g, st->scale);
-    gin[0] = mpr_expand(mpr_reshape(g, m->ndim, keep), m->ndim, m->shape);
+    if (st->scale != 1.0 && !(g = mpr_mul_scalar(g, st->scale))) return mpr_last_error_code();
+    /* Every element's gradient is g's element at the kept dims: one view of
+     * g with stride 0 on the reduced dims (what reshape then expand made,
+     * without the intermediate view). g has the kept dims in order, with
+     * the reduced ones as size 1 when keepdim. */
+    bool keepdim = g->ndim == m->ndim;
+    int64_t strides[MPR_MAX_DIMS];
+    for (int i = 0, j = 0; i < m->ndim; i++) {
+        if (st->reduced[i]) {
+            strides[i] = 0;
+            j += keepdim;
+            continue;
+        }
+        MPRI_ASSERT(j < g->ndim && g->shape[j] == keep[i], "the engine hands sum's backward a gradient of its output's shape");
+        strides[i] = g->strides[j++];
+    }
+    gin[0] = mpri_result(mpri_tensor_view(g->storage, g->dtype, m->ndim, m->shape, strides, g->offset));
     return gin[0] ? MPR_OK : mpr_last_error_code();
 }
 static const mpri_op_def_t sum_def = {.name = "sum", .backward = sum_backward, MPRI_OP_STATE(mpri_ctx_sum_t)};
