@@ -114,13 +114,18 @@ static mpr_err_t malformed(const char *what) {
     return mpr_error_set(MPR_ERR_DECODE, "malformed gradient in a backward message: %s", what);
 }
 
-static mpr_err_t read_sizes(mpri_reader_t *r, int *nd, int64_t *shape) {
+/* The sizes of a gradient of `dtype`: within what a tensor may have (the
+ * view made of them would refuse more, as an invalid argument). */
+static mpr_err_t read_sizes(mpri_reader_t *r, mpr_dtype_t dtype, int *nd, int64_t *shape) {
     uint8_t n;
     if (mpri_read_u8(r, &n)) return malformed("truncated");
     if (n > MPR_MAX_DIMS) return malformed("more dims than MPR_MAX_DIMS");
     if (mpri_read(r, shape, sizeof(int64_t) * n)) return malformed("truncated");
     for (int d = 0; d < n; d++)
         if (shape[d] < 0) return malformed("a negative size");
+    int64_t numel;
+    if (mpri_tensor_check_shape("dist backward", dtype, n, shape, &numel) != MPR_OK)
+        return malformed("a shape too large");
     *nd = n;
     return MPR_OK;
 }
@@ -140,7 +145,7 @@ mpr_err_t mpri_grads_read_one(mpri_grads_reader_t *rd, mpr_tensor_t **out) {
         uint8_t dt;
         mpr_err_t e = mpri_read(&rd->r, &x, sizeof x) || mpri_read_u8(&rd->r, &dt) ? malformed("truncated") : MPR_OK;
         if (!e && dt != MPR_F32 && dt != MPR_F64) e = malformed("a single value that is not f32 or f64");
-        if (!e) e = read_sizes(&rd->r, &nd, shape);
+        if (!e) e = read_sizes(&rd->r, (mpr_dtype_t)dt, &nd, shape);
         if (e) return e;
         *out = mpri_grad_filled(-1, (mpr_dtype_t)dt, nd, shape, strides, x);
         return *out ? MPR_OK : mpr_last_error_code();
@@ -154,7 +159,7 @@ mpr_err_t mpri_grads_read_one(mpri_grads_reader_t *rd, mpr_tensor_t **out) {
         *out = mpr_tensor_retain(t);
         return MPR_OK;
     }
-    mpr_err_t e = read_sizes(&rd->r, &nd, shape);
+    mpr_err_t e = read_sizes(&rd->r, t->dtype, &nd, shape);
     if (e) return e;
     if (nd != t->ndim) return malformed("a broadcast gradient whose dims differ from its tensor's");
     for (int d = 0; d < nd; d++) {

@@ -11,6 +11,9 @@
  *      MPR_ERR_REMOTE its origin) as dispatch.c reads it, or one value through
  *      mpri_msg_decode_value, after the prefix the handler skips (CALL:
  *      u16 name length + name; REMOTE_CALL: the same + rref id + fork id);
+ *      a BACKWARD_AUTOGRAD_REQ's gradients through dist autograd's reader
+ *      (autograd/dist/grad_wire.c), and a BACKWARD_AUTOGRAD_RESP's answers
+ *      value read back the same way;
  *   4. a decoded value is re-encoded and decoded again and must compare equal;
  *   5. everything is released (LeakSanitizer checks at exit; the live tensor
  *      count is checked after every input).
@@ -42,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/mpri_grad_wire.h"
 #include "mpri_codec.h"
 #include "mpri_error.h"
 #include "mpri_init.h"
@@ -156,6 +160,54 @@ static bool handler_prefix(const mpri_msg_t *msg, size_t *skip) {
     return true;
 }
 
+/* Read up to `groups` groups of gradients as backward.c does: each
+ * gradient read is a tensor (released at once) or a clean refusal. */
+#define FUZZ_MAX_GRADS 4096
+static void read_grads(mpri_grads_reader_t *rd, uint32_t groups, bool answers) {
+    for (uint32_t g = 0; g < groups; g++) {
+        uint64_t msg_id;
+        uint32_t k;
+        if (answers && mpri_grad_answers_next(rd, &msg_id) != MPR_OK) return;
+        if (mpri_grads_read_count(rd, &k) != MPR_OK) return;
+        for (uint32_t i = 0; i < k && i < FUZZ_MAX_GRADS; i++) {
+            mpr_tensor_t *t = NULL;
+            mpr_err_t e = mpri_grads_read_one(rd, &t);
+            if (e) {
+                CHECK((e == MPR_ERR_DECODE || e == MPR_ERR_NOMEM) && t == NULL);
+                return;
+            }
+            CHECK(t != NULL && mpr_tensor_ndim(t) <= MPR_MAX_DIMS);
+            mpr_tensor_release(t);
+        }
+    }
+}
+
+/* BACKWARD_AUTOGRAD_REQ: u64 pass id, u8 retain_graph, then gradients
+ * naming the message's tensors (autograd/dist/grad_wire.c). */
+static void decode_backward_request(mpri_msg_t *msg) {
+    mpri_reader_t r;
+    mpri_reader_init(&r, msg->body, msg->hdr.body_len);
+    uint64_t pass;
+    uint8_t retain;
+    if (mpri_read_u64(&r, &pass) || mpri_read_u8(&r, &retain)) return;
+    mpri_grads_reader_t rd = {.r = r};
+    mpr_err_t e = mpri_msg_tensors(msg, &rd.tensors, &rd.ntensors);
+    if (e) {
+        CHECK(e == MPR_ERR_UNSUPPORTED && msg->placement);
+        return;
+    }
+    read_grads(&rd, 1, false);
+}
+
+/* A BACKWARD_AUTOGRAD_RESP value: the answers [bytes, tensor...]. */
+static void read_answers(const mpr_value_t *v) {
+    mpri_grads_reader_t rd;
+    mpr_tensor_t *stack[4], **heap = NULL;
+    uint32_t n = 0;
+    if (mpri_grad_answers_open(v, &rd, &n, stack, 4, &heap) == MPR_OK) read_grads(&rd, n < 64 ? n : 64, true);
+    free(heap);
+}
+
 static void decode_body(const mpri_msg_t *msg) {
     if (msg->hdr.flags & MPRI_FLAG_ERROR) { /* an error reply, as complete_from_response reads it */
         mpri_reader_t r;
@@ -173,6 +225,10 @@ static void decode_body(const mpri_msg_t *msg) {
         }
         return;
     }
+    if (msg->hdr.kind == MPRI_MSG_BACKWARD_AUTOGRAD_REQ && !(msg->hdr.flags & MPRI_FLAG_RESPONSE)) {
+        decode_backward_request((mpri_msg_t *)msg);
+        return;
+    }
     size_t skip;
     if (!handler_prefix(msg, &skip)) return;
     mpr_value_t *v = NULL;
@@ -184,6 +240,7 @@ static void decode_body(const mpri_msg_t *msg) {
         return;
     }
     CHECK(v != NULL);
+    if (msg->hdr.kind == MPRI_MSG_BACKWARD_AUTOGRAD_RESP && mpr_value_kind(v) == MPR_VALUE_LIST) read_answers(v);
     uint64_t tensor_bytes = 0;
     for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) tensor_bytes += mpr_tensor_nbytes(msg->tensors[i]);
     if (!has_opaque(v) && tensor_bytes <= FUZZ_ROUND_TRIP_MAX_BYTES) round_trip(v);

@@ -1,11 +1,14 @@
 /* gen_fuzz_corpus.c — writes the seed inputs of fuzz_wire_decode into a folder:
  * one complete message (header, body, tensor descriptors) per file, a valid
  * encoding of every value kind in a RETURN, plus a CALL, a REMOTE_CALL with an
- * RRef argument and an error reply. Usage: gen_fuzz_corpus DIR */
+ * RRef argument, an error reply, and a dist autograd backward request and
+ * its answers. Usage: gen_fuzz_corpus DIR */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/mpri_grad_wire.h"
+#include "mpirpc/tensor_ops.h"
 #include "mpri_codec.h"
 #include "mpri_error.h"
 #include "mpri_tensor_batches.h"
@@ -117,9 +120,53 @@ int main(int argc, char **argv) {
         mpri_buf_fini(&body);
     }
 
-    /* CALL: u16 name length, name, args value */
+    /* BACKWARD_AUTOGRAD_REQ: u64 pass id, u8 retain_graph, then gradients
+     * (autograd/dist/grad_wire.c): a tensor, a broadcast row, one value. */
     mpri_buf_t body;
     mpri_tensor_list_t tl;
+    {
+        mpr_tensor_t *row = mpr_tensor_empty(MPR_F32, 2, (const int64_t[]){1, 3});
+        memset(mpr_tensor_data(row), 0, mpr_tensor_nbytes(row));
+        mpr_tensor_t *scalar = mpr_full(MPR_F32, 0, NULL, 1.0);
+        mpr_tensor_t *gs[3] = {t, mpr_expand(row, 2, (const int64_t[]){4, 3}),
+                               mpr_expand(scalar, 2, (const int64_t[]){8, 8})};
+        mpri_buf_init(&body);
+        mpri_tensor_list_init(&tl);
+        mpri_buf_put_u64(&body, ((uint64_t)1 << 48) | 1);
+        mpri_buf_put_u8(&body, 0);
+        if (mpri_grads_write(&body, mpri_grad_tensor_list_add, &tl, 3, gs) != MPR_OK) {
+            fprintf(stderr, "backward request: %s\n", mpr_last_error());
+            exit(1);
+        }
+        write_msg("backward_request", MPRI_MSG_BACKWARD_AUTOGRAD_REQ, MPRI_FLAG_EXPECTS_REPLY, 1, &body, &tl);
+        mpri_tensor_list_fini(&tl);
+        mpri_buf_fini(&body);
+        /* BACKWARD_AUTOGRAD_RESP: the answers value (two groups) */
+        mpri_grad_answers_t a;
+        mpri_grad_answers_init(&a);
+        if (mpri_grad_answers_add(&a, 5, 2, gs) != MPR_OK || mpri_grad_answers_add(&a, 9, 1, gs + 2) != MPR_OK) {
+            fprintf(stderr, "backward answers: %s\n", mpr_last_error());
+            exit(1);
+        }
+        mpr_value_t *answers = mpri_grad_answers_value(&a);
+        mpri_grad_answers_fini(&a);
+        mpri_buf_init(&body);
+        mpri_tensor_list_init(&tl);
+        if (!answers || mpri_value_encode(answers, &body, &tl, 1) != MPR_OK) {
+            fprintf(stderr, "backward answers: %s\n", mpr_last_error());
+            exit(1);
+        }
+        write_msg("backward_answers", MPRI_MSG_BACKWARD_AUTOGRAD_RESP, MPRI_FLAG_RESPONSE, 1, &body, &tl);
+        mpri_tensor_list_fini(&tl);
+        mpri_buf_fini(&body);
+        mpr_value_release(answers);
+        mpr_tensor_release(gs[1]);
+        mpr_tensor_release(gs[2]);
+        mpr_tensor_release(row);
+        mpr_tensor_release(scalar);
+    }
+
+    /* CALL: u16 name length, name, args value */
     mpri_buf_init(&body);
     mpri_tensor_list_init(&tl);
     mpri_buf_put_u16(&body, 1);

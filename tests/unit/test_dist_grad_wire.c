@@ -5,8 +5,9 @@
  * no tensor at all, f32 and f64), answers collected into a reply value and
  * read back group by group, and every malformed input — cut at each byte,
  * unknown form, index past the tensors, dims that disagree, a bad dtype,
- * too many dims, a negative size, answers that are not [bytes, tensor...] —
- * refused with MPR_ERR_DECODE and nothing leaked. */
+ * too many dims, a shape too large (found by the fuzzer), a negative size,
+ * answers that are not [bytes, tensor...] — refused with MPR_ERR_DECODE and
+ * nothing leaked. Also a message's tensor list: inline, moved, grown. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,6 +133,9 @@ static void test_malformed_refused(void **state) {
          26, 1},
         {"single of a bad dtype", {1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 99, 0}, 15, 0},
         {"more dims than MPR_MAX_DIMS", {1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, MPR_F32, 9}, 15, 0},
+        {"a shape too large", {1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, MPR_F32, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,
+                               0, 0, 1, 0, 0},
+         31, 0},
         {"a negative size", {1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, MPR_F32, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                              0xff, 0xff},
          23, 0},
