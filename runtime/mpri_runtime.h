@@ -132,7 +132,8 @@ typedef struct mpri_msg {
     size_t len;
     bool data_inline; /* `data` lives in the same allocation as the struct */
     const uint8_t *body;
-    mpr_tensor_t **tensors; /* [hdr.tensor_count], received */
+    mpr_tensor_t **tensors; /* [hdr.tensor_count], received (inline_tensors for a few: mpri_msg_tensors_alloc) */
+    mpr_tensor_t *inline_tensors[2];
     struct mpri_tensor_placement *placement; /* device tensors: copied to their devices at value decode */
     MPI_Request *reqs;      /* data receives (one per batch) while assembling */
     int nreqs;
@@ -142,6 +143,12 @@ typedef struct mpri_msg {
     uint64_t wire_bytes; /* tracing/statistics on: its bytes, tensor data included */
     struct mpri_msg *next;
 } mpri_msg_t;
+
+/* msg->tensors for `n` tensors, zeroed: inside the message for a few, else
+ * from the heap; false when out of memory. mpri_msg_tensors_free gives it
+ * back (msg->tensors becomes NULL). */
+bool mpri_msg_tensors_alloc(mpri_msg_t *msg, uint32_t n);
+void mpri_msg_tensors_free(mpri_msg_t *msg);
 
 /* Free a message and count it processed (termination detection). Every
  * handler calls this exactly once per message it was given. */
@@ -243,6 +250,9 @@ void mpri_pending_describe(FILE *out, int64_t now_ns);
 /* Free the entries kept for reuse (at most 1024 are kept after a burst):
  * tests that count live blocks call it before they count. */
 void mpri_pending_cache_trim(void);
+/* Free the encode buffers kept for reuse across threads (transport.c's
+ * stash): block counts compare equal around a call (test_oom_paths). */
+void mpri_transport_cache_trim(void);
 
 /* ---- progress (progress.c) ---- */
 mpr_err_t mpri_progress_start(void);

@@ -165,10 +165,7 @@ static void reject_incoming(mpri_msg_t *msg, bool header_ok, mpr_err_t code) {
     } else {
         fprintf(stderr, "mpirpc: %s\n", text);
     }
-    if (msg->tensors) {
-        free(msg->tensors); /* none allocated on this path */
-        msg->tensors = NULL;
-    }
+    if (msg->tensors) mpri_msg_tensors_free(msg); /* none allocated on this path */
     mpri_msg_done(msg);
 }
 
@@ -247,7 +244,7 @@ static void start_incoming(mpri_msg_t *msg, size_t len, int src, mpri_msg_t **to
         mpri_dispatch(msg);
         return;
     }
-    msg->tensors = calloc(n, sizeof *msg->tensors);
+    mpri_msg_tensors_alloc(msg, n);
     if (msg->tensors && (msg->hdr.flags & MPRI_FLAG_TENSORS_INLINE)) {
         start_inline(msg, &r, n);
         return;

@@ -87,6 +87,10 @@ static uint8_t *stash_take(void) {
     return NULL;
 }
 
+void mpri_transport_cache_trim(void) {
+    for (uint8_t *d; (d = stash_take());) free(d);
+}
+
 /* A buffer of `cap` bytes that is no longer needed: kept for reuse when it
  * has the fresh size, else freed. */
 static void buffer_done(uint8_t *data, size_t cap) {
@@ -131,6 +135,21 @@ void mpri_outmsg_fini(mpri_outmsg_t *m) {
     mpri_tensor_list_fini(&m->tensors);
 }
 
+bool mpri_msg_tensors_alloc(mpri_msg_t *msg, uint32_t n) {
+    if (n <= sizeof msg->inline_tensors / sizeof msg->inline_tensors[0]) {
+        memset(msg->inline_tensors, 0, sizeof msg->inline_tensors);
+        msg->tensors = msg->inline_tensors;
+    } else {
+        msg->tensors = calloc(n, sizeof *msg->tensors);
+    }
+    return msg->tensors != NULL;
+}
+
+void mpri_msg_tensors_free(mpri_msg_t *msg) {
+    if (msg->tensors != msg->inline_tensors) free(msg->tensors);
+    msg->tensors = NULL;
+}
+
 static void msg_free(mpri_msg_t *msg) {
     if (msg->tensors) {
         /* Shared counters dropped once per run of tensors (mpri_tensor.h);
@@ -138,7 +157,7 @@ static void msg_free(mpri_msg_t *msg) {
         mpri_tensor_release_batch_t batch = {0};
         for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) mpri_tensor_release_deferred(msg->tensors[i], &batch);
         mpri_tensor_release_flush(&batch);
-        free(msg->tensors);
+        mpri_msg_tensors_free(msg);
     }
     free(msg->placement);
     free(msg->reqs);
@@ -357,7 +376,7 @@ void mpri_transport_stop(void) {
     atomic_fetch_add(&tx.abandoned_count, atomic_exchange(&tx.active_count, 0));
     mpri_msg_t *msg;
     while ((msg = mpri_transport_take_local())) mpri_msg_done(msg);
-    for (uint8_t *d; (d = stash_take());) free(d);
+    mpri_transport_cache_trim();
 }
 
 /* Hand the posted requests of `m` to the sends in flight (the encoded bytes
@@ -420,8 +439,8 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
      * remote callee's would be (autograd state is never shared with it); a
      * device tensor's callee copy is on its device, as a remote one's is. */
     uint32_t n = m->tensors.len;
-    msg->tensors = n ? calloc(n, sizeof *msg->tensors) : NULL;
-    mpr_err_t e = n && !msg->tensors ? mpr_error_set(MPR_ERR_NOMEM, "send: out of memory") : MPR_OK;
+    msg->tensors = NULL;
+    mpr_err_t e = n && !mpri_msg_tensors_alloc(msg, n) ? mpr_error_set(MPR_ERR_NOMEM, "send: out of memory") : MPR_OK;
     for (uint32_t i = 0; !e && i < n; i++) {
         bool requires_grad = mpri_tensor_wire_requires_grad(m->tensors.orig[i]);
         int device = mpr_tensor_device(m->tensors.orig[i]);
@@ -438,7 +457,7 @@ static mpr_err_t send_local(mpri_outmsg_t *m) {
     mpri_tensor_list_fini(&m->tensors);
     if (e) {
         for (uint32_t j = 0; msg->tensors && j < n; j++) mpr_tensor_release(msg->tensors[j]);
-        free(msg->tensors);
+        mpri_msg_tensors_free(msg);
         free(msg->data);
         free(msg);
         return e;
