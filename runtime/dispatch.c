@@ -73,6 +73,17 @@ static void (*reply_value_hook)(const mpri_msg_t *msg, mpr_value_t *v);
 
 void mpri_set_reply_value_hook(void (*hook)(const mpri_msg_t *msg, mpr_value_t *v)) { reply_value_hook = hook; }
 
+static mpri_reply_decoder_t reply_decoders[MPRI_MSG_KIND_COUNT];
+
+mpr_err_t mpri_set_reply_decoder(int kind, mpri_reply_decoder_t decode) {
+    if (kind < 0 || kind >= MPRI_MSG_KIND_COUNT || !decode)
+        return mpr_error_set(MPR_ERR_INVALID_ARG, "reply decoder: kind %d or decoder invalid", kind);
+    MPRI_ASSERT(!reply_decoders[kind] || reply_decoders[kind] == decode,
+                "one reply decoder per message kind (installed twice with different functions)");
+    reply_decoders[kind] = decode;
+    return MPR_OK;
+}
+
 /* A reply: the error it carries, or its value, completes `f`. */
 static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
     if (msg->hdr.flags & MPRI_FLAG_ERROR) {
@@ -102,6 +113,12 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
         return;
     }
     mpr_value_t *v = NULL;
+    mpri_reply_decoder_t decode = reply_decoders[msg->hdr.kind]; /* the header read checked the kind */
+    if (decode) { /* a body of the kind's own */
+        mpr_err_t e = decode(msg, &v);
+        mpri_future_complete(f, e, e ? mpr_last_error() : NULL, e ? NULL : v);
+        return;
+    }
     /* Outside an autograd context nothing reads the message's tensors after
      * this decode: the value takes them over. */
     mpr_err_t e = msg->hdr.autograd_context_id ? mpri_msg_decode_value(msg, 0, &v) : mpri_msg_take_value(msg, 0, &v);
@@ -120,6 +137,7 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
  * their OwnerRRef until shutdown. An error reply carries no value. */
 static void settle_orphan_reply(mpri_msg_t *msg) {
     if (msg->hdr.flags & MPRI_FLAG_ERROR) return;
+    if (reply_decoders[msg->hdr.kind]) return; /* a body of its own: no RRef to settle */
     mpr_value_t *v = NULL;
     if (mpri_msg_decode_value(msg, 0, &v) == MPR_OK) mpr_value_release(v);
 }

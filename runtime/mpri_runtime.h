@@ -201,6 +201,14 @@ void mpri_dispatch(mpri_msg_t *msg);
  * value's tensors). `v` is the decoded value (borrowed). Installed once,
  * before mpr_init. */
 void mpri_set_reply_value_hook(void (*hook)(const mpri_msg_t *msg, mpr_value_t *v));
+/* Replies of `kind` carry a body of their own (mpri_reply_begin), not a
+ * value: `decode` makes the value their future completes with (a new
+ * reference in *out; the message's tensors stay the message's unless it
+ * takes them). Error replies are read as usual. Installed before mpr_init;
+ * MPR_ERR_INVALID_ARG for a kind outside the wire's kinds or a NULL
+ * decoder. */
+typedef mpr_err_t (*mpri_reply_decoder_t)(mpri_msg_t *msg, mpr_value_t **out);
+mpr_err_t mpri_set_reply_decoder(int kind, mpri_reply_decoder_t decode);
 
 /* ---- requests (request.c) and replies (transport.c) ---- */
 /* Send request `m` to `dst` and return a future for its reply (new
@@ -217,6 +225,13 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
  * Not called when the value cannot be encoded (an error reply goes instead). */
 mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_value_t *v,
                                    void (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg);
+/* A reply whose body its kind writes itself (no value): mpri_reply_begin
+ * makes `m` the reply of `kind` to `req`; the caller appends the body and
+ * tensors, then mpri_reply_send sends it (consumes `m`; nothing is sent
+ * when `req` expects no reply). The requester turns the body into the
+ * future's value with the kind's decoder (mpri_set_reply_decoder). */
+void mpri_reply_begin(const mpri_msg_t *req, int kind, mpri_outmsg_t *m);
+mpr_err_t mpri_reply_send(const mpri_msg_t *req, mpri_outmsg_t *m);
 /* Reply to `req` with an error. */
 mpr_err_t mpri_reply_error(const mpri_msg_t *req, mpr_err_t code, const char *message);
 /* Reply to `req` with the error of failed future `f`, a remote failure's

@@ -680,13 +680,26 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
     return mpri_reply_value_stamped(req, kind, v, NULL, NULL);
 }
 
+void mpri_reply_begin(const mpri_msg_t *req, int kind, mpri_outmsg_t *m) {
+    mpri_outmsg_init(m, kind);
+    m->hdr.flags = MPRI_FLAG_RESPONSE;
+    m->hdr.request_id = req->hdr.request_id;
+}
+
+mpr_err_t mpri_reply_send(const mpri_msg_t *req, mpri_outmsg_t *m) {
+    if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) {
+        mpri_outmsg_fini(m);
+        return MPR_OK;
+    }
+    if (mpri_observing(MPRI_OBSERVE_STATS)) count_served(req, m, false);
+    return mpri_send(req->src, m);
+}
+
 mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_value_t *v,
                                    void (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg) {
     if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
     mpri_outmsg_t m;
-    mpri_outmsg_init(&m, kind);
-    m.hdr.flags = MPRI_FLAG_RESPONSE;
-    m.hdr.request_id = req->hdr.request_id;
+    mpri_reply_begin(req, kind, &m);
     mpr_err_t e = mpri_value_encode(v ? v : mpr_value_new_none(), &m.wire, &m.tensors, req->src);
     if (e) {
         char text[MPR_ERROR_TEXT_MAX];
@@ -696,6 +709,5 @@ mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_va
         return mpri_reply_error(req, e, text);
     }
     if (stamp) stamp(&m, arg);
-    if (mpri_observing(MPRI_OBSERVE_STATS)) count_served(req, &m, false);
-    return mpri_send(req->src, &m);
+    return mpri_reply_send(req, &m);
 }

@@ -63,12 +63,12 @@
  * the send function on the receiver; body: u64 pass id, u8 retain_graph,
  * then the k gradients (k = the send function's outputs) in grad_wire.c's
  * byte layout, naming the message's tensors by index (no value tree).
- * Answered with BACKWARD_AUTOGRAD_RESP: none, or the answers value of
- * grad_wire.c (groups of a message id of a send function on the requester
- * and its gradients); or an error. A broadcast gradient (sum's: stride-0
- * dims) travels as its one-row tensor plus the sizes, and a single value
- * (every dim stride-0, on the CPU) as a number: no tensor at all, so the
- * message has no data behind it.
+ * Answered with BACKWARD_AUTOGRAD_RESP: the answers in grad_wire.c's layout
+ * (groups of a message id of a send function on the requester and its
+ * gradients; none is a count of 0), read by its reply decoder; or an error.
+ * A broadcast gradient (sum's: stride-0 dims) travels as its one-row tensor
+ * plus the sizes, and a single value (every dim stride-0, on the CPU) as a
+ * number: no tensor at all, so the message has no data behind it.
  *
  * A piece run from gradients for a send function whose edges all end at
  * leaves (the usual ANSWER: parameters this worker sent) puts them in the
@@ -703,12 +703,18 @@ static void handle_backward(mpri_msg_t *msg) {
     if (traced) mpri_trace_range_end();
     /* DONE: answer the request. */
     if (mpr_future_error(p.result) == MPR_OK) {
-        mpr_value_t *answers = mpri_grad_answers_value(&p.answers);
-        if (!answers && p.answers.count)
-            mpri_reply_error(msg, MPR_ERR_NOMEM, "dist backward: out of memory for the answers");
-        else
-            mpri_reply_value(msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, answers);
-        mpr_value_release(answers);
+        mpri_outmsg_t reply;
+        mpri_reply_begin(msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, &reply);
+        mpr_err_t we = mpri_grad_answers_write(&p.answers, &reply.wire, &reply.tensors);
+        if (we == MPR_OK) {
+            mpri_reply_send(msg, &reply);
+        } else {
+            char why[MPR_ERROR_TEXT_MAX];
+            snprintf(why, sizeof why, "dist backward on %s: cannot send the answers: %s", self_name(),
+                     mpr_last_error());
+            mpri_outmsg_fini(&reply);
+            mpri_reply_error(msg, we, why);
+        }
     } else
         mpri_reply_future_error(msg, p.result);
     mpri_msg_done(msg);
@@ -837,6 +843,7 @@ mpr_err_t mpr_rref_backward(mpr_rref_t *rref, int64_t ctx_id, bool retain_graph)
 
 mpr_err_t mpri_dist_backward_install(void) {
     mpr_err_t e = mpri_set_handler(MPRI_MSG_BACKWARD_AUTOGRAD_REQ, route_backward, true);
+    if (!e) e = mpri_set_reply_decoder(MPRI_MSG_BACKWARD_AUTOGRAD_RESP, mpri_grad_answers_decode);
     if (!e) e = mpr_register_function(RREF_BACKWARD_FN, rref_backward_fn, NULL);
     return e;
 }

@@ -15,8 +15,11 @@
  *   An index names a tensor of the message's tensor list (a request) or of
  *   the answers value (a reply: item index + 1 of the list).
  *
- * Answers (the reply to a backward request): the value
- *   [bytes: u32 n, then n times (u64 message id, gradients), tensor...].
+ * Answers (the reply to a backward request, BACKWARD_AUTOGRAD_RESP): the
+ * body is u32 n, then n times (u64 message id, gradients), naming the
+ * reply's tensors; the requester's reply decoder (mpri_grad_answers_decode)
+ * makes it the value [bytes: the body, tensor...] its future holds, read
+ * with mpri_grad_answers_open (index i = item i + 1).
  *
  * Invariants: a gradient written is read back with the same shape, dtype,
  * device and values; every read is bounds-checked (MPR_ERR_DECODE naming
@@ -27,9 +30,11 @@
 #include <string.h>
 
 #include "mpri_autograd.h"
+#include "mpri_assert.h"
 #include "mpri_codec.h"
 #include "mpri_error.h"
 #include "mpri_grad_wire.h"
+#include "mpri_runtime.h"
 #include "mpri_tensor.h"
 
 enum { GRAD_TENSOR = 0, GRAD_BROADCAST = 1, GRAD_SINGLE = 2 };
@@ -182,9 +187,15 @@ void mpri_grad_answers_fini(mpri_grad_answers_t *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* The answers' tensors: index = position (the value's item index - 1). */
+/* The answers' tensors, each once: index = position (in the reply's tensor
+ * list, and in the answers value after its bytes). */
 static mpr_err_t answers_add_tensor(void *arg, mpr_tensor_t *t, uint32_t *index) {
     mpri_grad_answers_t *a = arg;
+    for (uint32_t i = 0; i < a->ntensors; i++)
+        if (a->tensors[i] == t) {
+            *index = i;
+            return MPR_OK;
+        }
     if (a->ntensors == a->cap) {
         uint32_t cap = a->cap ? a->cap * 2 : 4;
         mpr_tensor_t **ts = realloc(a->tensors, cap * sizeof *ts);
@@ -205,20 +216,40 @@ mpr_err_t mpri_grad_answers_add(mpri_grad_answers_t *a, uint64_t msg_id, int k, 
     return e;
 }
 
-mpr_value_t *mpri_grad_answers_value(mpri_grad_answers_t *a) {
-    if (a->count == 0) return NULL;
-    memcpy(a->layout.data, &a->count, sizeof a->count);
-    mpr_value_t *v = mpr_value_new_list();
-    if (!v || mpr_value_list_append(v, mpr_value_new_bytes(a->layout.data, a->layout.len)) != MPR_OK) {
-        mpr_value_release(v);
-        return NULL;
+mpr_err_t mpri_grad_answers_write(mpri_grad_answers_t *a, mpri_buf_t *out, mpri_tensor_list_t *tensors) {
+    if (a->count == 0) {
+        mpri_buf_put_u32(out, 0);
+    } else {
+        memcpy(a->layout.data, &a->count, sizeof a->count);
+        mpri_buf_put(out, a->layout.data, a->layout.len);
     }
-    for (uint32_t i = 0; i < a->ntensors; i++)
-        if (mpr_value_list_append(v, mpr_value_new_tensor(a->tensors[i])) != MPR_OK) {
-            mpr_value_release(v);
-            return NULL;
-        }
-    return v;
+    if (out->failed) return mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory for the answers");
+    for (uint32_t i = 0; i < a->ntensors; i++) {
+        uint32_t index = 0;
+        mpr_err_t e = mpri_tensor_list_add(tensors, a->tensors[i], &index);
+        if (e) return e;
+        MPRI_ASSERT(index == i, "the answers' tensors are distinct, so each keeps its position in the reply");
+    }
+    return MPR_OK;
+}
+
+mpr_err_t mpri_grad_answers_decode(mpri_msg_t *msg, mpr_value_t **out) {
+    *out = NULL;
+    mpr_tensor_t *const *ts = NULL;
+    uint32_t n = 0;
+    mpr_err_t e = mpri_msg_tensors(msg, &ts, &n);
+    if (e) return e;
+    if (msg->hdr.body_len < sizeof(uint32_t))
+        return mpr_error_set(MPR_ERR_DECODE, "malformed answers in a backward reply (no count)");
+    mpr_value_t *v = mpr_value_new_list();
+    e = v ? mpr_value_list_append(v, mpr_value_new_bytes(msg->body, msg->hdr.body_len)) : mpr_last_error_code();
+    for (uint32_t i = 0; !e && i < n; i++) e = mpr_value_list_append(v, mpr_value_new_tensor(ts[i]));
+    if (e) {
+        mpr_value_release(v);
+        return e;
+    }
+    *out = v;
+    return MPR_OK;
 }
 
 mpr_err_t mpri_grad_answers_open(const mpr_value_t *v, mpri_grads_reader_t *rd, uint32_t *count,

@@ -56,9 +56,16 @@ typedef struct mpri_grad_answers {
 void mpri_grad_answers_init(mpri_grad_answers_t *a);
 void mpri_grad_answers_fini(mpri_grad_answers_t *a);
 mpr_err_t mpri_grad_answers_add(mpri_grad_answers_t *a, uint64_t msg_id, int k, mpr_tensor_t *const *gs);
-/* The reply's value (new reference), or NULL when there are no answers (or
- * out of memory: then the error is set). */
-mpr_value_t *mpri_grad_answers_value(mpri_grad_answers_t *a);
+/* The reply to the request: its body (the count, then the groups) to `out`
+ * and its tensors, in order, to `tensors` (mpri_codec.h); none is a count
+ * of 0. Errors: out of memory, a tensor the wire cannot carry. */
+struct mpri_tensor_list;
+mpr_err_t mpri_grad_answers_write(mpri_grad_answers_t *a, mpri_buf_t *out, struct mpri_tensor_list *tensors);
+/* BACKWARD_AUTOGRAD_RESP's reply decoder (mpri_set_reply_decoder): the
+ * value [bytes: the body, tensor...] (new reference) for
+ * mpri_grad_answers_open. */
+struct mpri_msg;
+mpr_err_t mpri_grad_answers_decode(struct mpri_msg *msg, mpr_value_t **out);
 
 /* Open an answers value for reading: *count groups follow, each read with
  * mpri_grad_answers_next, mpri_grads_read_count and mpri_grads_read_one.

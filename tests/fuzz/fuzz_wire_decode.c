@@ -12,8 +12,8 @@
  *      mpri_msg_decode_value, after the prefix the handler skips (CALL:
  *      u16 name length + name; REMOTE_CALL: the same + rref id + fork id);
  *      a BACKWARD_AUTOGRAD_REQ's gradients through dist autograd's reader
- *      (autograd/dist/grad_wire.c), and a BACKWARD_AUTOGRAD_RESP's answers
- *      value read back the same way;
+ *      (autograd/dist/grad_wire.c), and a BACKWARD_AUTOGRAD_RESP through
+ *      its reply decoder and read back the same way;
  *   4. a decoded value is re-encoded and decoded again and must compare equal;
  *   5. everything is released (LeakSanitizer checks at exit; the live tensor
  *      count is checked after every input).
@@ -199,13 +199,21 @@ static void decode_backward_request(mpri_msg_t *msg) {
     read_grads(&rd, 1, false);
 }
 
-/* A BACKWARD_AUTOGRAD_RESP value: the answers [bytes, tensor...]. */
-static void read_answers(const mpr_value_t *v) {
+/* A BACKWARD_AUTOGRAD_RESP: the answers, through the reply decoder (the
+ * value [bytes, tensor...]) and read back as backward.c reads them. */
+static void decode_backward_answers(mpri_msg_t *msg) {
+    mpr_value_t *v = NULL;
+    mpr_err_t e = mpri_grad_answers_decode(msg, &v);
+    if (e) {
+        CHECK(v == NULL && (e == MPR_ERR_DECODE || e == MPR_ERR_NOMEM || (e == MPR_ERR_UNSUPPORTED && msg->placement)));
+        return;
+    }
     mpri_grads_reader_t rd;
     mpr_tensor_t *stack[4], **heap = NULL;
     uint32_t n = 0;
     if (mpri_grad_answers_open(v, &rd, &n, stack, 4, &heap) == MPR_OK) read_grads(&rd, n < 64 ? n : 64, true);
     free(heap);
+    mpr_value_release(v);
 }
 
 static void decode_body(const mpri_msg_t *msg) {
@@ -229,6 +237,10 @@ static void decode_body(const mpri_msg_t *msg) {
         decode_backward_request((mpri_msg_t *)msg);
         return;
     }
+    if (msg->hdr.kind == MPRI_MSG_BACKWARD_AUTOGRAD_RESP && (msg->hdr.flags & MPRI_FLAG_RESPONSE)) {
+        decode_backward_answers((mpri_msg_t *)msg); /* its reply decoder, as dispatch.c calls it */
+        return;
+    }
     size_t skip;
     if (!handler_prefix(msg, &skip)) return;
     mpr_value_t *v = NULL;
@@ -240,7 +252,6 @@ static void decode_body(const mpri_msg_t *msg) {
         return;
     }
     CHECK(v != NULL);
-    if (msg->hdr.kind == MPRI_MSG_BACKWARD_AUTOGRAD_RESP && mpr_value_kind(v) == MPR_VALUE_LIST) read_answers(v);
     uint64_t tensor_bytes = 0;
     for (uint32_t i = 0; i < msg->hdr.tensor_count; i++) tensor_bytes += mpr_tensor_nbytes(msg->tensors[i]);
     if (!has_opaque(v) && tensor_bytes <= FUZZ_ROUND_TRIP_MAX_BYTES) round_trip(v);

@@ -141,25 +141,20 @@ int main(int argc, char **argv) {
         write_msg("backward_request", MPRI_MSG_BACKWARD_AUTOGRAD_REQ, MPRI_FLAG_EXPECTS_REPLY, 1, &body, &tl);
         mpri_tensor_list_fini(&tl);
         mpri_buf_fini(&body);
-        /* BACKWARD_AUTOGRAD_RESP: the answers value (two groups) */
+        /* BACKWARD_AUTOGRAD_RESP: the answers (two groups) */
         mpri_grad_answers_t a;
         mpri_grad_answers_init(&a);
-        if (mpri_grad_answers_add(&a, 5, 2, gs) != MPR_OK || mpri_grad_answers_add(&a, 9, 1, gs + 2) != MPR_OK) {
-            fprintf(stderr, "backward answers: %s\n", mpr_last_error());
-            exit(1);
-        }
-        mpr_value_t *answers = mpri_grad_answers_value(&a);
-        mpri_grad_answers_fini(&a);
         mpri_buf_init(&body);
         mpri_tensor_list_init(&tl);
-        if (!answers || mpri_value_encode(answers, &body, &tl, 1) != MPR_OK) {
+        if (mpri_grad_answers_add(&a, 5, 2, gs) != MPR_OK || mpri_grad_answers_add(&a, 9, 1, gs + 2) != MPR_OK ||
+            mpri_grad_answers_write(&a, &body, &tl) != MPR_OK) {
             fprintf(stderr, "backward answers: %s\n", mpr_last_error());
             exit(1);
         }
+        mpri_grad_answers_fini(&a);
         write_msg("backward_answers", MPRI_MSG_BACKWARD_AUTOGRAD_RESP, MPRI_FLAG_RESPONSE, 1, &body, &tl);
         mpri_tensor_list_fini(&tl);
         mpri_buf_fini(&body);
-        mpr_value_release(answers);
         mpr_tensor_release(gs[1]);
         mpr_tensor_release(gs[2]);
         mpr_tensor_release(row);

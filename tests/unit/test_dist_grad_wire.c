@@ -2,12 +2,13 @@
  * (autograd/dist/grad_wire.c): each form written and read back (a plain
  * tensor, a strided one made contiguous, a broadcast one kept as its one-row
  * tensor plus sizes and expanded again with stride 0, a single value with
- * no tensor at all, f32 and f64), answers collected into a reply value and
- * read back group by group, and every malformed input — cut at each byte,
- * unknown form, index past the tensors, dims that disagree, a bad dtype,
- * too many dims, a shape too large (found by the fuzzer), a negative size,
- * answers that are not [bytes, tensor...] — refused with MPR_ERR_DECODE and
- * nothing leaked. Also a message's tensor list: inline, moved, grown. */
+ * no tensor at all, f32 and f64); answers collected, written as a reply
+ * (each tensor once), decoded and read back group by group; every malformed
+ * input — cut at each byte, unknown form, index past the tensors, dims that
+ * disagree, a bad dtype, too many dims, a shape too large (found by the
+ * fuzzer), a negative size, answers that are not [bytes, tensor...], a
+ * reply too short for its count — refused with MPR_ERR_DECODE and nothing
+ * leaked. Also a message's tensor list: inline, moved, grown. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 #include "dist/mpri_grad_wire.h"
 #include "mpirpc/tensor_ops.h"
 #include "mpri_codec.h"
+#include "mpri_runtime.h"
 #include "mpri_tensor.h"
 
 /* A few gradients of every form (new references). */
@@ -158,49 +160,80 @@ static void test_malformed_refused(void **state) {
     mpri_buf_fini(&buf);
 }
 
-/* Answers: groups collected on the answering worker, sent as one value,
- * read back group by group with their message ids. */
+/* A reply as the requester's progress thread hands it over: `body` and
+ * its tensors (borrowed). */
+static mpri_msg_t reply_of(mpri_buf_t *body, mpri_tensor_list_t *tl) {
+    mpri_msg_t msg;
+    memset(&msg, 0, sizeof msg);
+    msg.hdr.kind = MPRI_MSG_BACKWARD_AUTOGRAD_RESP;
+    msg.hdr.flags = MPRI_FLAG_RESPONSE;
+    msg.hdr.body_len = (uint32_t)body->len;
+    msg.hdr.tensor_count = tl->len;
+    msg.body = body->data;
+    msg.tensors = tl->items;
+    return msg;
+}
+
+/* Answers: groups collected on the answering worker, written as the reply
+ * (each tensor once), decoded into the value the requester's future holds
+ * and read back group by group with their message ids. */
 static void test_answers_round_trip(void **state) {
     (void)state;
     int64_t live = mpr_tensor_live_count();
     mpr_tensor_t *g[N_GRADS];
     make_grads(g);
-    mpri_grad_answers_t a;
-    mpri_grad_answers_init(&a);
-    assert_null(mpri_grad_answers_value(&a)); /* none yet: the reply carries none */
-    assert_int_equal(mpri_grad_answers_add(&a, 41, 2, g), MPR_OK);
-    assert_int_equal(mpri_grad_answers_add(&a, 7, 3, g + 2), MPR_OK);
-    mpr_value_t *v = mpri_grad_answers_value(&a);
-    assert_non_null(v);
-    mpri_grad_answers_fini(&a);
-    /* [bytes, the plain tensor, the strided one's copy, the broadcast's row] */
-    assert_int_equal(mpr_value_list_len(v), 4);
-    mpri_grads_reader_t rd;
-    mpr_tensor_t *stack[2], **heap = NULL; /* 3 tensors: more than the stack room, so the heap is used */
-    uint32_t n = 0;
-    assert_int_equal(mpri_grad_answers_open(v, &rd, &n, stack, 2, &heap), MPR_OK);
-    assert_non_null(heap);
-    assert_int_equal(n, 2);
-    const uint64_t ids[2] = {41, 7};
-    const int counts[2] = {2, 3};
-    int at = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t id = 0;
-        uint32_t k = 0;
-        assert_int_equal(mpri_grad_answers_next(&rd, &id), MPR_OK);
-        assert_int_equal(id, ids[i]);
-        assert_int_equal(mpri_grads_read_count(&rd, &k), MPR_OK);
-        assert_int_equal(k, (uint32_t)counts[i]);
-        for (uint32_t j = 0; j < k; j++) {
-            mpr_tensor_t *t = NULL;
-            assert_int_equal(mpri_grads_read_one(&rd, &t), MPR_OK);
-            assert_same_values(t, g[at++]);
-            mpr_tensor_release(t);
+    for (int none = 1; none >= 0; none--) {
+        mpri_grad_answers_t a;
+        mpri_grad_answers_init(&a);
+        const uint64_t ids[3] = {41, 7, 9};
+        const int counts[3] = {2, 3, 1};
+        mpr_tensor_t *const *firsts[3] = {g, g + 2, g}; /* the third group repeats g[0] */
+        int groups = none ? 0 : 3;
+        for (int i = 0; i < groups; i++)
+            assert_int_equal(mpri_grad_answers_add(&a, ids[i], counts[i], firsts[i]), MPR_OK);
+        mpri_buf_t body;
+        mpri_buf_init(&body);
+        mpri_tensor_list_t tl;
+        mpri_tensor_list_init(&tl);
+        assert_int_equal(mpri_grad_answers_write(&a, &body, &tl), MPR_OK);
+        mpri_grad_answers_fini(&a);
+        /* the plain tensor (once), the strided one's copy, the broadcast's row */
+        assert_int_equal(tl.len, none ? 0 : 3);
+        mpri_msg_t msg = reply_of(&body, &tl);
+        mpr_value_t *v = NULL;
+        assert_int_equal(mpri_grad_answers_decode(&msg, &v), MPR_OK);
+        assert_int_equal(mpr_value_list_len(v), 1 + tl.len);
+        mpri_grads_reader_t rd;
+        mpr_tensor_t *stack[2], **heap = NULL; /* 3 tensors: more than the stack room, so the heap is used */
+        uint32_t n = 99;
+        assert_int_equal(mpri_grad_answers_open(v, &rd, &n, stack, 2, &heap), MPR_OK);
+        assert_true(none ? heap == NULL : heap != NULL);
+        assert_int_equal(n, (uint32_t)groups);
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t id = 0;
+            uint32_t k = 0;
+            assert_int_equal(mpri_grad_answers_next(&rd, &id), MPR_OK);
+            assert_int_equal(id, ids[i]);
+            assert_int_equal(mpri_grads_read_count(&rd, &k), MPR_OK);
+            assert_int_equal(k, (uint32_t)counts[i]);
+            for (uint32_t j = 0; j < k; j++) {
+                mpr_tensor_t *t = NULL;
+                assert_int_equal(mpri_grads_read_one(&rd, &t), MPR_OK);
+                assert_same_values(t, firsts[i][j]);
+                mpr_tensor_release(t);
+            }
         }
+        assert_int_equal(rd.r.left, 0);
+        free(heap);
+        mpr_value_release(v);
+        /* a body too short for its count is refused */
+        msg.hdr.body_len = 3;
+        v = NULL;
+        assert_int_equal(mpri_grad_answers_decode(&msg, &v), MPR_ERR_DECODE);
+        assert_null(v);
+        mpri_tensor_list_fini(&tl);
+        mpri_buf_fini(&body);
     }
-    assert_int_equal(rd.r.left, 0);
-    free(heap);
-    mpr_value_release(v);
     release_all(g, N_GRADS);
     assert_int_equal(mpr_tensor_live_count(), live);
 }
