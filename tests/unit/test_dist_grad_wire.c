@@ -54,17 +54,23 @@ static void assert_same_values(mpr_tensor_t *a, mpr_tensor_t *b) {
     assert_true(mpr_allclose(a, b, 0, 0));
 }
 
+/* The gradients of make_grads written as a request carries them: the bytes
+ * to `buf`, their tensors to `tl` (both initialized here). */
+static void write_grads(mpr_tensor_t **g, mpri_buf_t *buf, mpri_tensor_list_t *tl) {
+    make_grads(g);
+    mpri_buf_init(buf);
+    mpri_tensor_list_init(tl);
+    assert_int_equal(mpri_grads_write(buf, mpri_grad_tensor_list_add, tl, N_GRADS, g), MPR_OK);
+}
+
 /* Written into a message's buffer and tensor list, read back from them. */
 static void test_round_trip_every_form(void **state) {
     (void)state;
     int64_t live = mpr_tensor_live_count();
     mpr_tensor_t *g[N_GRADS];
-    make_grads(g);
     mpri_buf_t buf;
-    mpri_buf_init(&buf);
     mpri_tensor_list_t tl;
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_grads_write(&buf, mpri_grad_tensor_list_add, &tl, N_GRADS, g), MPR_OK);
+    write_grads(g, &buf, &tl);
     /* tensors: the plain one, the strided one's contiguous copy, the broadcast's row; none for singles */
     assert_int_equal(tl.len, 3);
     assert_int_equal(mpr_tensor_numel(tl.items[2]), 3);
@@ -98,12 +104,9 @@ static void test_round_trip_every_form(void **state) {
 static void test_malformed_refused(void **state) {
     (void)state;
     mpr_tensor_t *g[N_GRADS];
-    make_grads(g);
     mpri_buf_t buf;
-    mpri_buf_init(&buf);
     mpri_tensor_list_t tl;
-    mpri_tensor_list_init(&tl);
-    assert_int_equal(mpri_grads_write(&buf, mpri_grad_tensor_list_add, &tl, N_GRADS, g), MPR_OK);
+    write_grads(g, &buf, &tl);
     int64_t live = mpr_tensor_live_count();
     for (size_t cut = 0; cut < buf.len; cut++) {
         mpri_grads_reader_t rd = {.tensors = tl.items, .ntensors = tl.len};
