@@ -86,11 +86,19 @@ void mpri_k_max_dim_backward(mpr_dtype_t dt, int64_t outer, int64_t n, int64_t i
                              const void *gout, const int64_t *idx, void *gin);
 
 /* ---- BLAS ---- */
-/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C with cblas_sgemm/dgemm.
+/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C with cblas_sgemm/dgemm
+ * (tiny products with mpri_k_gemm_small).
  * lda/ldb/ldc are row strides of the stored matrices. */
 void mpri_k_gemm(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                  double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
                  void *C, int64_t ldc);
+/* The same product without BLAS when mpri_k_gemm_small_fits(dt, M, N, K) (tiny
+ * products, where OpenBLAS's call overhead dominates; cpu_small_gemm.c);
+ * false, touching nothing, otherwise. F32/F64. */
+bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K);
+bool mpri_k_gemm_small(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
+                       void *C, int64_t ldc);
 /* Apply the thread setting once (MPIRPC_BLAS_THREADS env, default 1), and
  * print the kernel-set advice once if mpr_blas_better_kernels() has one. */
 void mpri_blas_init(void);

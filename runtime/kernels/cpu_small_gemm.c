@@ -1,0 +1,134 @@
+/* cpu_small_gemm.c — row-major GEMM for tiny products, without OpenBLAS.
+ *
+ * OpenBLAS spends most of a tiny product (8x8x8: ~150 ns with its generic
+ * "Prescott" kernels, which Debian 12's 0.3.21 runs on CPUs newer than it)
+ * on its interface: argument checks, a buffer from its memory pool, packing
+ * both operands. The model layers of small RPC examples (the 8x8 dist
+ * autograd step, RNN cells and policy nets of the tutorial apps) are that
+ * small. This kernel packs at most op(B), keeps 4 rows x up to 4 vectors
+ * of C in registers (GCC vector extensions, 32-byte vectors) and
+ * streams op(A) by scalars.
+ *
+ * Invariants: mpri_k_gemm_small() takes a product only when
+ * mpri_k_gemm_small_fits() (N <= 32 f32 or 16 f64 columns, K <= 64,
+ * M*N*K <= 4096) and
+ * returns false otherwise, touching nothing. Each element of C is
+ * alpha * (sum over p in increasing order of op(A)[i][p] * op(B)[p][j])
+ * (+ beta * C[i][j] when beta != 0; C is not read when beta == 0, as BLAS),
+ * with separate multiplies and adds (no -ffast-math, no fused multiply-add):
+ * the same bits on every x86-64 CPU, whichever clone (AVX2 or baseline SSE2)
+ * the loader picked. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mpri_kernels.h"
+
+#define MAX_VECTORS 4 /* per row of C: 32 f32 or 16 f64 columns */
+#define SMALL_MAX_K 64
+#define SMALL_MAX_MNK 4096
+#define ROW_BLOCK 4
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__GLIBC__)
+/* One clone with 256-bit registers, one for any x86-64; both round alike. */
+#define SMALL_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SMALL_GEMM_CLONES
+#endif
+
+bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
+    int64_t max_cols = MAX_VECTORS * 32 / (dt == MPR_F32 ? 4 : 8);
+    return M > 0 && N > 0 && K > 0 && N <= max_cols && K <= SMALL_MAX_K && M * N * K <= SMALL_MAX_MNK;
+}
+
+/* SMALL_GEMM(T, VT, LANES): defines small_gemm_<T>. VT is a 32-byte vector
+ * of LANES elements of T; NB = ceil(N / LANES) vectors cover a row of C. */
+#define SMALL_GEMM(T, VT, LANES)                                                                        \
+    typedef T VT __attribute__((vector_size(32)));                                                     \
+    static inline __attribute__((always_inline)) void rows_##T(                                       \
+        int rows, int nb, bool ta, int64_t i0, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,  \
+        const VT *packed, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                       \
+        VT acc[ROW_BLOCK][MAX_VECTORS];                                                        \
+        _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++)                                          \
+            _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) acc[r][q] = (VT){0};                  \
+        for (int64_t p = 0; p < K; p++) {                                                              \
+            VT b[MAX_VECTORS];                                                                  \
+            _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) {                                      \
+                if (packed)                                                                            \
+                    b[q] = packed[p * nb + q];                                                         \
+                else                                                                                   \
+                    memcpy(&b[q], B + p * ldb + q * LANES, sizeof(VT));                                \
+            }                                                                                          \
+            _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                    \
+                T a = ta ? A[p * lda + i0 + r] : A[(i0 + r) * lda + p];                                \
+                _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) acc[r][q] += a * b[q];            \
+            }                                                                                          \
+        }                                                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                        \
+            T *c = C + (i0 + r) * ldc;                                                                  \
+            _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) {                                      \
+                VT v = alpha * acc[r][q];                                                              \
+                int64_t j0 = q * LANES, n = N - j0 < LANES ? N - j0 : LANES;                           \
+                if (n == LANES) {                                                                      \
+                    if (beta != 0) {                                                                   \
+                        VT old;                                                                        \
+                        memcpy(&old, c + j0, sizeof(VT));                                              \
+                        v += beta * old;                                                               \
+                    }                                                                                  \
+                    memcpy(c + j0, &v, sizeof(VT));                                                    \
+                } else { /* the last, partial vector of the row */                                     \
+                    T part[LANES];                                                                     \
+                    memcpy(part, &v, sizeof(VT));                                                      \
+                    for (int64_t j = 0; j < n; j++) c[j0 + j] = beta == 0 ? part[j] : part[j] + beta * c[j0 + j]; \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+    SMALL_GEMM_CLONES static void small_gemm_##T(bool ta, bool tb, int64_t M, int64_t N, int64_t K,     \
+                                                 T alpha, const T *A, int64_t lda, const T *B,         \
+                                                 int64_t ldb, T beta, T *C, int64_t ldc) {             \
+        int nb = (int)((N + LANES - 1) / LANES);                                                       \
+        VT pack[SMALL_MAX_K * MAX_VECTORS];                                                  \
+        const VT *packed = NULL;                                                                       \
+        if (tb || N % LANES) { /* op(B) as K rows of nb vectors, zero-padded */                        \
+            T *f = (T *)pack;                                                                          \
+            memset(pack, 0, sizeof(VT) * (size_t)(K * nb));                                            \
+            if (tb)                                                                                    \
+                for (int64_t j = 0; j < N; j++)                                                        \
+                    for (int64_t p = 0; p < K; p++) f[p * nb * LANES + j] = B[j * ldb + p];            \
+            else                                                                                       \
+                for (int64_t p = 0; p < K; p++) memcpy(f + p * nb * LANES, B + p * ldb, sizeof(T) * (size_t)N); \
+            packed = pack;                                                                             \
+        }                                                                                              \
+        switch (nb) {                                                                                  \
+        case 1: ROWS_##T(1); break;                                                                    \
+        case 2: ROWS_##T(2); break;                                                                    \
+        case 3: ROWS_##T(3); break;                                                                    \
+        default: ROWS_##T(4); break;                                                                   \
+        }                                                                                              \
+    }
+
+/* All rows of C with nb (a constant) vectors per row: blocks of ROW_BLOCK, then single rows. */
+#define ROWS_float(nb) ROWS(float, nb)
+#define ROWS_double(nb) ROWS(double, nb)
+#define ROWS(T, nb)                                                                                    \
+    do {                                                                                               \
+        int64_t i = 0;                                                                                 \
+        for (; i + ROW_BLOCK <= M; i += ROW_BLOCK)                                                     \
+            rows_##T(ROW_BLOCK, nb, ta, i, N, K, alpha, A, lda, packed, B, ldb, beta, C, ldc);         \
+        for (; i < M; i++) rows_##T(1, nb, ta, i, N, K, alpha, A, lda, packed, B, ldb, beta, C, ldc);  \
+    } while (0)
+
+SMALL_GEMM(float, v8f, 8)
+SMALL_GEMM(double, v4d, 4)
+
+bool mpri_k_gemm_small(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
+                       void *C, int64_t ldc) {
+    if (!mpri_k_gemm_small_fits(dt, M, N, K)) return false;
+    if (dt == MPR_F32)
+        small_gemm_float(trans_a, trans_b, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc);
+    else
+        small_gemm_double(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return true;
+}
