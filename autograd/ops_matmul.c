@@ -1,9 +1,9 @@
 /* ops_matmul.c — matmul (2-D, batched with broadcast batch dims, 1-D
  * operands as torch.matmul) and linear (x W^T + b), forward and backward on
- * cblas_sgemm/dgemm.
+ * the backend's gemm.
  *
- * Invariants: every product goes through the backend's gemm (cblas on the
- * CPU; never a hand loop);
+ * Invariants: every product goes through the backend's gemm (on the CPU
+ * cblas, or kernels/cpu_small_gemm.c for tiny products; never a loop here);
  * an operand whose last two dims have unit stride in either direction is
  * handed to BLAS as is (NoTrans or Trans), so transposed views cost no copy;
  * other layouts are copied to contiguous first. linear's backward computes

@@ -111,6 +111,7 @@ static void check_ended_locked(void) {
             MPRI_DEBUG_ASSERT(recently_ended_locked(ended_ring[i]), "every id of the ended ring is in the set");
         }
     MPRI_DEBUG_ASSERT(in_set == in_ring, "the ended set holds the ring's ids and nothing else");
+    (void)in_set, (void)in_ring; /* read only by the assertions, which release builds drop */
 }
 
 /* Remember `id` (nonzero, not remembered yet) as ended; the oldest leaves. */

@@ -230,8 +230,8 @@ mpr_tensor_t *mpr_argmax(mpr_tensor_t *a, int dim, bool keepdim);
 /* ----------------------------------------------------------------- matmul */
 /* a [..., n, k] @ b [..., k, m] -> [..., n, m]; batch dims broadcast as
  * torch.matmul (a 1-D operand is treated as a row/column vector and that dim
- * removed from the result). Runs on cblas_sgemm/dgemm; transposed views are
- * passed to BLAS without a copy. */
+ * removed from the result). Runs on cblas_sgemm/dgemm (tiny products on the
+ * library's own kernel); transposed views are passed without a copy. */
 mpr_tensor_t *mpr_matmul(mpr_tensor_t *a, mpr_tensor_t *b);
 /* x [*, in] @ w[out, in]^T + b[out] -> [*, out]; b may be NULL. One gemm
  * forward, two (or one when x needs no grad) backward. */
