@@ -2,11 +2,13 @@
  * operands as torch.matmul) and linear (x W^T + b), forward and backward on
  * the backend's gemm.
  *
- * Invariants: every product goes through the backend's gemm (on the CPU
- * cblas, or kernels/cpu_small_gemm.c for tiny products; never a loop here);
- * an operand whose last two dims have unit stride in either direction is
- * handed to BLAS as is (NoTrans or Trans), so transposed views cost no copy;
- * other layouts are copied to contiguous first. linear's backward computes
+ * Invariants: every product goes through the backend's gemm or gemm_small
+ * (on the CPU cblas, or kernels/cpu_small_gemm.c for tiny products; never a
+ * loop here); an operand whose last two dims have unit stride in either
+ * direction is handed to BLAS as is (NoTrans or Trans), so transposed views
+ * cost no copy; other layouts are copied to contiguous first, except the
+ * broadcast gradient of a tiny 2-D product's backward, which gemm_small
+ * reads in place. linear's backward computes
  * only the gradients whose inputs need them (1 gemm for the first layer of
  * an MLP, 2 for the others). */
 #include <string.h>
@@ -82,12 +84,64 @@ static bool matmul_backward_2d(mpri_node_t *n, mpr_tensor_t *a, mpr_tensor_t *b,
     return true;
 }
 
+/* The same when g is no BLAS operand (a broadcast gradient, from sum or
+ * mean) and both products are tiny: the backend's small kernel reads a, b
+ * and g in place with their strides, so g is not copied. False: not this
+ * case (nothing was computed); errors are returned through *e. */
+static bool matmul_backward_small(mpri_node_t *n, mpr_tensor_t *a, mpr_tensor_t *b, mpr_tensor_t *g,
+                                  mpr_tensor_t **gin, mpr_err_t *e) {
+    if (a->ndim != 2 || b->ndim != 2 || g->ndim != 2 || b->dtype != a->dtype || g->dtype != a->dtype) return false;
+    int64_t rows = a->shape[0], inner = a->shape[1], cols = b->shape[1];
+    if (b->shape[0] != inner || g->shape[0] != rows || g->shape[1] != cols) return false;
+    bool need_a = mpri_node_needs_grad(n, 0), need_b = mpri_node_needs_grad(n, 1);
+    mpr_dtype_t dt = a->dtype;
+    if ((need_a && !mpri_k_gemm_small_fits(dt, rows, inner, cols)) ||
+        (need_b && !mpri_k_gemm_small_fits(dt, inner, cols, rows)))
+        return false;
+    const mpri_backend_t *B = mpri_backend_of("matmul backward", 3, (mpr_tensor_t *[]){a, b, g});
+    if (!B) {
+        *e = mpr_last_error_code();
+        return true;
+    }
+    if (!B->gemm_small) return false;
+    int dev = a->storage->device;
+    *e = MPR_OK;
+    if (need_a) { /* ga [rows, inner] = g [rows, cols] @ b^T */
+        mpr_tensor_t *ga = mpri_result(mpri_empty_on(dev, dt, 2, a->shape));
+        if (!ga) {
+            *e = mpr_last_error_code();
+            return true;
+        }
+        bool taken = B->gemm_small(dev, dt, rows, inner, cols, 1.0, mpr_tensor_data(g), g->strides[0],
+                                   g->strides[1], mpr_tensor_data(b), b->strides[1], b->strides[0], 0.0,
+                                   mpr_tensor_data(ga), inner);
+        MPRI_ASSERT(taken, "the backend's gemm_small takes every product mpri_k_gemm_small_fits accepts");
+        gin[0] = ga;
+    }
+    if (need_b) { /* gb [inner, cols] = a^T @ g */
+        mpr_tensor_t *gb = mpri_result(mpri_empty_on(dev, dt, 2, b->shape));
+        if (!gb) {
+            *e = mpr_last_error_code();
+            return true;
+        }
+        bool taken = B->gemm_small(dev, dt, inner, cols, rows, 1.0, mpr_tensor_data(a), a->strides[1],
+                                   a->strides[0], mpr_tensor_data(g), g->strides[0], g->strides[1], 0.0,
+                                   mpr_tensor_data(gb), cols);
+        MPRI_ASSERT(taken, "the backend's gemm_small takes every product mpri_k_gemm_small_fits accepts");
+        gin[1] = gb;
+    }
+    return true;
+}
+
 static mpr_err_t matmul_backward(mpri_node_t *n, mpr_tensor_t *const *gout, mpr_tensor_t **gin) {
     mpr_tensor_t *a = mpri_node_saved(n, 0), *b = mpri_node_saved(n, 1);
     if (!a || !b) return mpr_last_error_code();
     /* A gradient BLAS cannot take as it is (a broadcast one, from sum or
-     * mean) is made contiguous once here, not by each of the two products. */
+     * mean) is read in place by a tiny product's kernel, or else made
+     * contiguous once here, not by each of the two products. */
     gemm_operand_t og;
+    mpr_err_t e0 = MPR_OK;
+    if (!tensor_operand(gout[0], &og) && matmul_backward_small(n, a, b, gout[0], gin, &e0)) return e0;
     mpr_tensor_t *g = tensor_operand(gout[0], &og) ? mpr_tensor_retain(gout[0]) : mpri_contiguous_raw(gout[0]);
     if (!g) return mpr_last_error_code();
     mpr_err_t e = MPR_OK;

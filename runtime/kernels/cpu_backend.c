@@ -64,6 +64,12 @@ static mpr_err_t cpu_gemm(int dev, mpr_dtype_t dt, bool ta, bool tb, int64_t M, 
     mpri_k_gemm(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return MPR_OK;
 }
+static bool cpu_gemm_small(int dev, mpr_dtype_t dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                           int64_t a_rs, int64_t a_cs, const void *B, int64_t b_rs, int64_t b_cs, double beta,
+                           void *C, int64_t ldc) {
+    (void)dev;
+    return mpri_k_gemm_small_strided(dt, M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, ldc);
+}
 
 static mpr_err_t cpu_transfer(void *dst, int dst_device, const void *src, int src_device, size_t nbytes) {
     if (nbytes) memcpy(dst, src, nbytes);
@@ -169,6 +175,7 @@ const mpri_backend_t mpri_cpu_backend = {
     .max_dim = cpu_max_dim,
     .max_dim_backward = cpu_max_dim_backward,
     .gemm = cpu_gemm,
+    .gemm_small = cpu_gemm_small,
     .transfer = cpu_transfer,
     .softmax_fwd = cpu_softmax_fwd,
     .softmax_bwd = cpu_softmax_bwd,

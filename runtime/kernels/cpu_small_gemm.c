@@ -5,14 +5,17 @@
  * on its interface: argument checks, a buffer from its memory pool, packing
  * both operands. The model layers of small RPC examples (the 8x8 dist
  * autograd step, RNN cells and policy nets of the tutorial apps) are that
- * small. This kernel packs at most op(B), keeps 4 rows x up to 4 vectors
- * of C in registers (GCC vector extensions, 32-byte vectors) and
- * streams op(A) by scalars.
+ * small. This kernel keeps 4 rows x up to 4 vectors of C in registers
+ * (GCC vector extensions, 32-byte vectors), streams A by scalars and reads
+ * B in place when its rows are unit-strided whole vectors, else from a
+ * zero-padded copy (a single row when B is broadcast along the inner
+ * dimension). Operands take any element strides, 0 included, so a
+ * broadcast gradient (from sum or mean) needs no contiguous copy.
  *
- * Invariants: mpri_k_gemm_small() takes a product only when
- * mpri_k_gemm_small_fits() (N <= 32 f32 or 16 f64 columns, K <= 64,
- * M*N*K <= 4096) and
- * returns false otherwise, touching nothing. Each element of C is
+ * Invariants: mpri_k_gemm_small() and mpri_k_gemm_small_strided() take a
+ * product only when mpri_k_gemm_small_fits() (N <= 32 f32 or 16 f64
+ * columns, K <= 64, M*N*K <= 4096) and return false otherwise, touching
+ * nothing. Each element of C is
  * alpha * (sum over p in increasing order of op(A)[i][p] * op(B)[p][j])
  * (+ beta * C[i][j] when beta != 0; C is not read when beta == 0, as BLAS),
  * with separate multiplies and adds (no -ffast-math, no fused multiply-add):
@@ -42,31 +45,33 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
 }
 
 /* SMALL_GEMM(T, VT, LANES): defines small_gemm_<T>. VT is a 32-byte vector
- * of LANES elements of T; NB = ceil(N / LANES) vectors cover a row of C. */
+ * of LANES elements of T; nb = ceil(N / LANES) vectors cover a row of C.
+ * A's element (i, p) is A[i * a_rs + p * a_cs]; B's (p, j) B[p * b_rs + j * b_cs]
+ * (any strides, 0 included: a broadcast operand is read in place). */
 #define SMALL_GEMM(T, VT, LANES)                                                                        \
     typedef T VT __attribute__((vector_size(32)));                                                     \
+    /* rows rows of C from i0, with nb vectors a row and A's columns unit-strided or not (constants). */ \
     static inline __attribute__((always_inline)) void rows_##T(                                       \
-        int rows, int nb, bool ta, int64_t i0, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,  \
-        const VT *packed, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                       \
-        VT acc[ROW_BLOCK][MAX_VECTORS];                                                        \
-        _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++)                                          \
-            _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) acc[r][q] = (VT){0};                  \
+        int rows, int nb, bool a_unit, int64_t i0, int64_t N, int64_t K, T alpha, const T *A,           \
+        int64_t a_rs, int64_t a_cs, const T *bbase, int64_t bstride, T beta, T *C, int64_t ldc) {       \
+        VT acc[ROW_BLOCK][MAX_VECTORS];                                                                \
+        const T *arow[ROW_BLOCK];                                                                      \
+        _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                        \
+            arow[r] = A + (i0 + r) * a_rs;                                                             \
+            _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) acc[r][q] = (VT){0};                  \
+        }                                                                                              \
         for (int64_t p = 0; p < K; p++) {                                                              \
-            VT b[MAX_VECTORS];                                                                  \
-            _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) {                                      \
-                if (packed)                                                                            \
-                    b[q] = packed[p * nb + q];                                                         \
-                else                                                                                   \
-                    memcpy(&b[q], B + p * ldb + q * LANES, sizeof(VT));                                \
-            }                                                                                          \
+            VT b[MAX_VECTORS];                                                                         \
+            _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++)                                        \
+                memcpy(&b[q], bbase + p * bstride + q * LANES, sizeof(VT));                            \
             _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                    \
-                T a = ta ? A[p * lda + i0 + r] : A[(i0 + r) * lda + p];                                \
-                _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) acc[r][q] += a * b[q];            \
+                T a = arow[r][a_unit ? p : p * a_cs];                                                  \
+                _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) acc[r][q] += a * b[q];            \
             }                                                                                          \
         }                                                                                              \
         _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                        \
             T *c = C + (i0 + r) * ldc;                                                                  \
-            _Pragma("GCC unroll 8") for (int q = 0; q < nb; q++) {                                      \
+            _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) {                                      \
                 VT v = alpha * acc[r][q];                                                              \
                 int64_t j0 = q * LANES, n = N - j0 < LANES ? N - j0 : LANES;                           \
                 if (n == LANES) {                                                                      \
@@ -84,51 +89,71 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
             }                                                                                          \
         }                                                                                              \
     }                                                                                                  \
-    SMALL_GEMM_CLONES static void small_gemm_##T(bool ta, bool tb, int64_t M, int64_t N, int64_t K,     \
-                                                 T alpha, const T *A, int64_t lda, const T *B,         \
-                                                 int64_t ldb, T beta, T *C, int64_t ldc) {             \
+    SMALL_GEMM_CLONES static void small_gemm_##T(int64_t M, int64_t N, int64_t K, T alpha, const T *A,  \
+                                                 int64_t a_rs, int64_t a_cs, const T *B, int64_t b_rs,  \
+                                                 int64_t b_cs, T beta, T *C, int64_t ldc) {             \
         int nb = (int)((N + LANES - 1) / LANES);                                                       \
-        VT pack[SMALL_MAX_K * MAX_VECTORS];                                                  \
-        const VT *packed = NULL;                                                                       \
-        if (tb || N % LANES) { /* op(B) as K rows of nb vectors, zero-padded */                        \
-            T *f = (T *)pack;                                                                          \
-            memset(pack, 0, sizeof(VT) * (size_t)(K * nb));                                            \
-            if (tb)                                                                                    \
-                for (int64_t j = 0; j < N; j++)                                                        \
-                    for (int64_t p = 0; p < K; p++) f[p * nb * LANES + j] = B[j * ldb + p];            \
-            else                                                                                       \
-                for (int64_t p = 0; p < K; p++) memcpy(f + p * nb * LANES, B + p * ldb, sizeof(T) * (size_t)N); \
-            packed = pack;                                                                             \
+        VT pack[SMALL_MAX_K * MAX_VECTORS]; /* op(B) as rows of nb vectors, zero-padded */             \
+        const T *bbase = B;                                                                            \
+        int64_t bstride = b_rs; /* elements from one row of op(B) to the next as read */               \
+        if (b_cs != 1 || N % LANES) {                                                                  \
+            int64_t rows = b_rs == 0 ? 1 : K; /* a broadcast along p: one row serves all */            \
+            for (int64_t p = 0; p < rows; p++) {                                                       \
+                T *row = (T *)(pack + p * nb);                                                         \
+                const T *src = B + p * b_rs;                                                           \
+                if (b_cs == 1)                                                                         \
+                    memcpy(row, src, sizeof(T) * (size_t)N);                                           \
+                else                                                                                   \
+                    for (int64_t j = 0; j < N; j++) row[j] = src[j * b_cs];                            \
+                for (int64_t j = N; j < nb * LANES; j++) row[j] = 0;                                   \
+            }                                                                                          \
+            bbase = (const T *)pack;                                                                   \
+            bstride = b_rs == 0 ? 0 : nb * LANES;                                                      \
         }                                                                                              \
-        switch (nb) {                                                                                  \
-        case 1: ROWS_##T(1); break;                                                                    \
-        case 2: ROWS_##T(2); break;                                                                    \
-        case 3: ROWS_##T(3); break;                                                                    \
-        default: ROWS_##T(4); break;                                                                   \
-        }                                                                                              \
+        if (a_cs == 1)                                                                                 \
+            switch (nb) {                                                                              \
+            case 1: ROWS_##T(1, true); break;                                                          \
+            case 2: ROWS_##T(2, true); break;                                                          \
+            case 3: ROWS_##T(3, true); break;                                                          \
+            default: ROWS_##T(4, true); break;                                                         \
+            }                                                                                          \
+        else                                                                                           \
+            switch (nb) {                                                                              \
+            case 1: ROWS_##T(1, false); break;                                                         \
+            case 2: ROWS_##T(2, false); break;                                                         \
+            case 3: ROWS_##T(3, false); break;                                                         \
+            default: ROWS_##T(4, false); break;                                                        \
+            }                                                                                          \
     }
 
-/* All rows of C with nb (a constant) vectors per row: blocks of ROW_BLOCK, then single rows. */
-#define ROWS_float(nb) ROWS(float, nb)
-#define ROWS_double(nb) ROWS(double, nb)
-#define ROWS(T, nb)                                                                                    \
+/* All rows of C with nb vectors a row (a constant): blocks of ROW_BLOCK, then single rows. */
+#define ROWS_float(nb, a_unit) ROWS(float, nb, a_unit)
+#define ROWS_double(nb, a_unit) ROWS(double, nb, a_unit)
+#define ROWS(T, nb, a_unit)                                                                            \
     do {                                                                                               \
         int64_t i = 0;                                                                                 \
         for (; i + ROW_BLOCK <= M; i += ROW_BLOCK)                                                     \
-            rows_##T(ROW_BLOCK, nb, ta, i, N, K, alpha, A, lda, packed, B, ldb, beta, C, ldc);         \
-        for (; i < M; i++) rows_##T(1, nb, ta, i, N, K, alpha, A, lda, packed, B, ldb, beta, C, ldc);  \
+            rows_##T(ROW_BLOCK, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc);      \
+        for (; i < M; i++) rows_##T(1, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
     } while (0)
 
 SMALL_GEMM(float, v8f, 8)
 SMALL_GEMM(double, v4d, 4)
 
+bool mpri_k_gemm_small_strided(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                               int64_t a_rs, int64_t a_cs, const void *B, int64_t b_rs, int64_t b_cs, double beta,
+                               void *C, int64_t ldc) {
+    if (!mpri_k_gemm_small_fits(dt, M, N, K)) return false;
+    if (dt == MPR_F32)
+        small_gemm_float(M, N, K, (float)alpha, A, a_rs, a_cs, B, b_rs, b_cs, (float)beta, C, ldc);
+    else
+        small_gemm_double(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, ldc);
+    return true;
+}
+
 bool mpri_k_gemm_small(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
                        void *C, int64_t ldc) {
-    if (!mpri_k_gemm_small_fits(dt, M, N, K)) return false;
-    if (dt == MPR_F32)
-        small_gemm_float(trans_a, trans_b, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc);
-    else
-        small_gemm_double(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return true;
+    return mpri_k_gemm_small_strided(dt, M, N, K, alpha, A, trans_a ? 1 : lda, trans_a ? lda : 1, B,
+                                     trans_b ? 1 : ldb, trans_b ? ldb : 1, beta, C, ldc);
 }

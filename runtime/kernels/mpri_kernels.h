@@ -99,6 +99,12 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K);
 bool mpri_k_gemm_small(mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                        double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
                        void *C, int64_t ldc);
+/* The same with any element strides: A's (i, p) at A[i * a_rs + p * a_cs],
+ * B's (p, j) at B[p * b_rs + j * b_cs] (0 allowed: a broadcast operand is
+ * read in place, no copy). */
+bool mpri_k_gemm_small_strided(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                               int64_t a_rs, int64_t a_cs, const void *B, int64_t b_rs, int64_t b_cs, double beta,
+                               void *C, int64_t ldc);
 /* Apply the thread setting once (MPIRPC_BLAS_THREADS env, default 1), and
  * print the kernel-set advice once if mpr_blas_better_kernels() has one. */
 void mpri_blas_init(void);
@@ -156,6 +162,12 @@ typedef struct mpri_backend {
     mpr_err_t (*gemm)(int device, mpr_dtype_t dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                       double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                       int64_t ldc);
+    /* A tiny product (mpri_k_gemm_small_fits) with any strides, read in place
+     * (mpri_k_gemm_small_strided); false when not taken: the caller makes its
+     * operands BLAS-ready and calls gemm. NULL in a backend without one. */
+    bool (*gemm_small)(int device, mpr_dtype_t dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A,
+                       int64_t a_rs, int64_t a_cs, const void *B, int64_t b_rs, int64_t b_cs, double beta, void *C,
+                       int64_t ldc);
     /* Synchronous copy of nbytes between the host (device -1) and a device of
      * this backend, or within it (use mpri_backend_transfer). */
     mpr_err_t (*transfer)(void *dst, int dst_device, const void *src, int src_device, size_t nbytes);

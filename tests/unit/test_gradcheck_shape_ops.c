@@ -2,6 +2,7 @@
  * of views (reshape, view, flatten, transpose, permute, narrow, slice,
  * select, unsqueeze, squeeze, expand, contiguous), reductions (sum, mean,
  * max, over all and over dims), matmul (2-D, batched, broadcast batch, 1-D,
+ * with a broadcast gradient from sum or mean, tiny and not,
  * transposed operands), linear, clone and to_dtype. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -90,6 +91,12 @@ static mpr_tensor_t *f_mm_tt(mpr_tensor_t **in, void *c) {
 }
 /* The product's gradient arrives as a transposed view (a BLAS operand with the Trans flag). */
 static mpr_tensor_t *f_mm_out_t(mpr_tensor_t **in, void *c) { return mpr_transpose(mpr_matmul(in[0], in[1]), 0, 1); }
+/* Reduced to a scalar: the product's gradient is a broadcast (stride 0) view, which a tiny
+ * product's backward reads in place and a larger one copies first. */
+static mpr_tensor_t *f_mm_sum(mpr_tensor_t **in, void *c) { return mpr_sum(mpr_matmul(in[0], in[1])); }
+static mpr_tensor_t *f_mm_tt_mean(mpr_tensor_t **in, void *c) {
+    return mpr_mean(mpr_matmul(mpr_transpose(in[0], 0, 1), mpr_transpose(in[1], 0, 1)));
+}
 static mpr_tensor_t *f_linear(mpr_tensor_t **in, void *c) { return mpr_linear(in[0], in[1], in[2]); }
 static mpr_tensor_t *f_linear_nob(mpr_tensor_t **in, void *c) { return mpr_linear(in[0], in[1], NULL); }
 static mpr_tensor_t *f_linear_tw(mpr_tensor_t **in, void *c) {
@@ -122,6 +129,18 @@ static void test_matmul(void **state) {
     check_mm("vec @ mat", f_mm, MPR_SHAPE(4), MPR_SHAPE(4, 5));
     check_mm("mat @ vec", f_mm, MPR_SHAPE(3, 4), MPR_SHAPE(4));
     check_mm("vec @ vec", f_mm, MPR_SHAPE(4), MPR_SHAPE(4));
+    check_mm("mm, summed", f_mm_sum, MPR_SHAPE(3, 4), MPR_SHAPE(4, 5));
+    check_mm("mm transposed views, mean", f_mm_tt_mean, MPR_SHAPE(4, 3), MPR_SHAPE(5, 4));
+    check_mm("mm, summed, wider than the small kernel", f_mm_sum, MPR_SHAPE(2, 40), MPR_SHAPE(40, 3));
+    { /* one side only, gradient broadcast */
+        mpr_tensor_t *in[2] = {gc_input(MPR_SHAPE(3, 4), 3), gc_input(MPR_SHAPE(4, 5), 4)};
+        assert_int_equal(mpr_set_requires_grad(in[0], false), MPR_OK);
+        assert_true(gradcheck("mm summed, b only", f_mm_sum, NULL, 2, in, NULL));
+        assert_int_equal(mpr_set_requires_grad(in[0], true), MPR_OK);
+        assert_int_equal(mpr_set_requires_grad(in[1], false), MPR_OK);
+        assert_true(gradcheck("mm summed, a only", f_mm_sum, NULL, 2, in, NULL));
+        gc_release(2, in);
+    }
 }
 
 static void test_linear(void **state) {

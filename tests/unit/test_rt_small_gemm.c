@@ -8,6 +8,8 @@
  *   sum in increasing p (both compiled without contraction), and within
  *   rounding of OpenBLAS; beta == 0 never reads C (NaN there stays out),
  *   and C's padding columns stay untouched;
+ * - any element strides, 0 included (broadcast rows, columns, or a single
+ *   element read in place), padded and transposed: the scalar sum's bits;
  * - mpri_k_gemm sends a tiny product there (same bits) and a product just
  *   too deep to BLAS (still the right numbers). */
 #include <cblas.h>
@@ -133,6 +135,49 @@ static void test_matches_reference(void **state) {
     assert_true(checked > 1000); /* the tables above, not an empty loop */
 }
 
+/* Any element strides, 0 included (a broadcast operand read in place): the
+ * scalar sum's bits. */
+static void test_strided_operands(void **state) {
+    (void)state;
+    enum { BUF = 4096 };
+    static float A[BUF], B[BUF], C[32 * 40], want[32 * 40];
+    for (int i = 0; i < BUF; i++) A[i] = (float)next_uniform(), B[i] = (float)next_uniform();
+    static const int shapes[][3] = {{8, 8, 8}, {5, 7, 3}, {4, 16, 9}, {9, 32, 2}, {1, 1, 1}, {3, 24, 16}};
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        /* (row stride, column stride) pairs: row-major, transposed, padded, broadcast rows,
+         * broadcast columns, a single broadcast element */
+        const int64_t as[][2] = {{K, 1}, {1, M}, {2 * K + 1, 2}, {0, 1}, {K, 0}, {0, 0}};
+        const int64_t bs[][2] = {{N, 1}, {1, K}, {2 * N + 3, 2}, {0, 1}, {N, 0}, {0, 0}};
+        for (size_t ai = 0; ai < 6; ai++)
+            for (size_t bi = 0; bi < 6; bi++)
+                for (int with_beta = 0; with_beta < 2; with_beta++) {
+                    float beta = with_beta ? 0.5f : 0.0f;
+                    int64_t ldc = N + 1;
+                    for (int64_t i = 0; i < M * ldc; i++) C[i] = want[i] = with_beta ? (float)next_uniform() : NAN;
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) {
+                            float acc = 0;
+                            for (int p = 0; p < K; p++) acc += A[i * as[ai][0] + p * as[ai][1]] * B[p * bs[bi][0] + j * bs[bi][1]];
+                            float *w = &want[i * ldc + j];
+                            *w = with_beta ? 2.0f * acc + beta * *w : 2.0f * acc;
+                        }
+                    assert_true(mpri_k_gemm_small_strided(MPR_F32, M, N, K, 2.0, A, as[ai][0], as[ai][1], B, bs[bi][0],
+                                                          bs[bi][1], beta, C, ldc));
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++)
+                            if (C[i * ldc + j] != want[i * ldc + j])
+                                fail_msg("%dx%dx%d A strides (%lld, %lld) B strides (%lld, %lld) beta %g: C[%d][%d] = %.9g, "
+                                         "the scalar sum %.9g", M, N, K, (long long)as[ai][0], (long long)as[ai][1],
+                                         (long long)bs[bi][0], (long long)bs[bi][1], (double)beta, i, j,
+                                         (double)C[i * ldc + j], (double)want[i * ldc + j]);
+                    checked++;
+                }
+    }
+    assert_int_equal(checked, 6 * 6 * 6 * 2);
+}
+
 static void test_gemm_dispatch(void **state) {
     (void)state;
     /* A tiny product through the public kernel entry: the small kernel's bits. */
@@ -155,6 +200,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fits),
         cmocka_unit_test(test_matches_reference),
+        cmocka_unit_test(test_strided_operands),
         cmocka_unit_test(test_gemm_dispatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
