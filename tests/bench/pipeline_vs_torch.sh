@@ -25,12 +25,19 @@
 # are never oversubscribed by that rule. load_avg: the 1-minute load average when the line is
 # printed (the machine is shared: read the times against it).
 #
-# Usage: BUILD_DIR=build ANCHORS_DIR=<dir> tests/bench/pipeline_vs_torch.sh [--steps N] [--quick]
+# Usage: BUILD_DIR=build ANCHORS_DIR=<dir> tests/bench/pipeline_vs_torch.sh [--steps N] [--repeat R] [--quick]
 #        [--stages "1 2"] [--micro-batches "1 2 4 8 16"] [--schedules "gpipe 1f1b"]
 #   BUILD_DIR: relative to the repository root (default build). ANCHORS_DIR: default
 #   ../shared/anchors next to the repository root, or, in a git worktree that has none there, next
 #   to the main checkout (git rev-parse --git-common-dir).
 #   --steps N: mini-batches per run (default 30); --quick: only S = 1, 2 and M = 1, 8.
+#   --repeat R (default 1): R rounds for each M, each round running every S (PyTorch, then ours),
+#   so the runs of S = 1 and S = 2 and of both programs alternate; each line then gives the
+#   medians over the rounds (ms_per_batch, PyTorch's, every stage's stage_ms, from which speedup,
+#   ideal and efficiency follow as above) and the rounds themselves: "repeat", "ms_runs",
+#   "torch_ms_runs", "efficiency_runs" (round r's S = 1 time over its S time, over its ideal).
+#   On a shared machine whose speed drifts by tens of percent between minutes, one run of each
+#   compares two different moments; the medians of alternated rounds do not.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -43,11 +50,12 @@ else
         anchors=$(cd "$(dirname "$common")/.." && pwd)/shared/anchors # the main checkout's neighbour
     fi
 fi
-steps=30 quick=0 stage_list=(1 2 3 4) ms_list=(1 2 4 8 16) sched_list=(gpipe 1f1b)
-usage() { echo "usage: BUILD_DIR=... ANCHORS_DIR=... $0 [--steps N] [--quick] [--stages \"S ...\"] [--micro-batches \"M ...\"] [--schedules \"gpipe 1f1b\"]" >&2; exit 2; }
+steps=30 repeat=1 quick=0 stage_list=(1 2 3 4) ms_list=(1 2 4 8 16) sched_list=(gpipe 1f1b)
+usage() { echo "usage: BUILD_DIR=... ANCHORS_DIR=... $0 [--steps N] [--repeat R] [--quick] [--stages \"S ...\"] [--micro-batches \"M ...\"] [--schedules \"gpipe 1f1b\"]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps) [ $# -ge 2 ] || usage; steps="$2"; shift 2 ;;
+        --repeat) [ $# -ge 2 ] && [ "$2" -ge 1 ] 2>/dev/null || usage; repeat="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
         --stages) [ $# -ge 2 ] || usage; read -r -a stage_list <<<"$2"; shift 2 ;;
         --micro-batches) [ $# -ge 2 ] || usage; read -r -a ms_list <<<"$2"; shift 2 ;;
@@ -83,31 +91,54 @@ torch() { # torch S M -> the anchor's JSON line
     /usr/bin/python3 "$torch_script" "$1" "$2" "$steps" 2>/dev/null | grep '"ms_per_batch"'
 }
 
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
 for m in "${ms_list[@]}"; do
-    declare -A base=()
+    for r in $(seq 1 "$repeat"); do # rounds: in each, every S in order, PyTorch before ours
+        for s in "${stage_list[@]}"; do
+            if [ "$s" -le 2 ]; then torch "$s" "$m" >"$runs/torch_${s}_$r" || : >"$runs/torch_${s}_$r"; fi
+            for sched in "${sched_list[@]}"; do
+                ours "$s" "$m" "$sched" >"$runs/ours_${s}_${sched}_$r" ||
+                    { echo "pipeline_vs_torch: our run S=$s M=$m $sched failed" >&2; exit 1; }
+            done
+        done
+    done
     for s in "${stage_list[@]}"; do
-        theirs=null
-        if [ "$s" -le 2 ]; then theirs=$(torch "$s" "$m") || theirs=null; fi
         for sched in "${sched_list[@]}"; do
-            mine=$(ours "$s" "$m" "$sched") || { echo "pipeline_vs_torch: our run S=$s M=$m $sched failed" >&2; exit 1; }
-            [ -n "${base[$sched]:-}" ] || base[$sched]=$mine
-            /usr/bin/python3 - "$mine" "${base[$sched]}" "$theirs" "$s" "$m" "$cores" <<'EOF'
-import json, os, sys
-mine, base = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-theirs = None if sys.argv[3] in ("null", "") else json.loads(sys.argv[3])
-s, m, cores = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-t = mine["stage_ms"]
+            /usr/bin/python3 - "$runs" "$s" "$m" "$sched" "$repeat" "$cores" <<'EOF'
+import json, os, statistics, sys
+runs, s, m, sched, repeat, cores = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+def line(path):
+    try:
+        text = open(path).read().strip()
+    except OSError:
+        return None
+    return json.loads(text.splitlines()[-1]) if text else None
+rounds = range(1, repeat + 1)
+mine = [line(f"{runs}/ours_{s}_{sched}_{r}") for r in rounds]
+base = [line(f"{runs}/ours_1_{sched}_{r}") for r in rounds]
+theirs = [t for t in (line(f"{runs}/torch_{s}_{r}") for r in rounds) if t] if s <= 2 else []
+med = statistics.median
+ms = med([x["ms_per_batch"] for x in mine])
+t = [round(med([x["stage_ms"][k] for x in mine]), 3) for k in range(s)]  # each stage's median profile
 ideal = m * sum(t) / ((m + s - 1) * max(t))
-speedup = base["ms_per_batch"] / mine["ms_per_batch"]
-tm = theirs["ms_per_batch"] if theirs else None
-print(json.dumps({"name": "pipeline", "schedule": mine["schedule"], "stages": s, "micro_batches": m,
-                  "ms_per_batch": mine["ms_per_batch"], "speedup": round(speedup, 3), "ideal": round(ideal, 3),
-                  "efficiency": round(speedup / ideal, 3), "torch_ms_per_batch": tm,
-                  "torch_ratio": round(tm / mine["ms_per_batch"], 3) if tm else None, "stage_ms": t,
-                  "split": mine["split"], "peak_act_bytes": mine["peak_act_bytes"], "procs": s + 1, "cores": cores,
-                  "oversubscribed": s > cores, "load_avg": round(os.getloadavg()[0], 2)}), flush=True)
+speedup = med([b["ms_per_batch"] for b in base]) / ms
+tm = med([x["ms_per_batch"] for x in theirs]) if theirs else None
+def round_efficiency(b, x):
+    st = x["stage_ms"]
+    return b["ms_per_batch"] / x["ms_per_batch"] / (m * sum(st) / ((m + s - 1) * max(st)))
+out = {"name": "pipeline", "schedule": sched, "stages": s, "micro_batches": m, "ms_per_batch": round(ms, 3),
+       "speedup": round(speedup, 3), "ideal": round(ideal, 3), "efficiency": round(speedup / ideal, 3),
+       "torch_ms_per_batch": tm, "torch_ratio": round(tm / ms, 3) if tm else None, "stage_ms": t,
+       "split": mine[-1]["split"], "peak_act_bytes": [max(x["peak_act_bytes"][k] for x in mine) for k in range(s)],
+       "procs": s + 1, "cores": cores, "oversubscribed": s > cores, "load_avg": round(os.getloadavg()[0], 2)}
+if repeat > 1:
+    out.update({"repeat": repeat, "ms_runs": [x["ms_per_batch"] for x in mine],
+                "torch_ms_runs": [x["ms_per_batch"] for x in theirs] if s <= 2 else None,
+                "efficiency_runs": [round(round_efficiency(b, x), 3) for b, x in zip(base, mine)]})
+print(json.dumps(out), flush=True)
 EOF
         done
     done
-    unset base
+    rm -f "$runs"/*
 done
