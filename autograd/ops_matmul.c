@@ -84,6 +84,20 @@ static bool matmul_backward_2d(mpri_node_t *n, mpr_tensor_t *a, mpr_tensor_t *b,
     return true;
 }
 
+/* A new [M, N] tensor (in the engine's scope) = X [M, K] @ Y [K, N], X and Y
+ * given by their data and (row, column) element strides, on the backend's
+ * small kernel; the caller checked mpri_k_gemm_small_fits. NULL: no memory. */
+static mpr_tensor_t *small_product(const mpri_backend_t *B, int dev, mpr_dtype_t dt, const int64_t shape[2],
+                                   int64_t K, const void *x, int64_t x_rs, int64_t x_cs, const void *y, int64_t y_rs,
+                                   int64_t y_cs) {
+    mpr_tensor_t *out = mpri_result(mpri_empty_on(dev, dt, 2, shape));
+    if (!out) return NULL;
+    bool taken = B->gemm_small(dev, dt, shape[0], shape[1], K, 1.0, x, x_rs, x_cs, y, y_rs, y_cs, 0.0,
+                               mpr_tensor_data(out), shape[1]);
+    MPRI_ASSERT(taken, "the backend's gemm_small takes every product mpri_k_gemm_small_fits accepts");
+    return out;
+}
+
 /* The same when g is no BLAS operand (a broadcast gradient, from sum or
  * mean) and both products are tiny: the backend's small kernel reads a, b
  * and g in place with their strides, so g is not copied. False: not this
@@ -105,31 +119,14 @@ static bool matmul_backward_small(mpri_node_t *n, mpr_tensor_t *a, mpr_tensor_t 
     }
     if (!B->gemm_small) return false;
     int dev = a->storage->device;
+    const int64_t *gs = g->strides;
     *e = MPR_OK;
-    if (need_a) { /* ga [rows, inner] = g [rows, cols] @ b^T */
-        mpr_tensor_t *ga = mpri_result(mpri_empty_on(dev, dt, 2, a->shape));
-        if (!ga) {
-            *e = mpr_last_error_code();
-            return true;
-        }
-        bool taken = B->gemm_small(dev, dt, rows, inner, cols, 1.0, mpr_tensor_data(g), g->strides[0],
-                                   g->strides[1], mpr_tensor_data(b), b->strides[1], b->strides[0], 0.0,
-                                   mpr_tensor_data(ga), inner);
-        MPRI_ASSERT(taken, "the backend's gemm_small takes every product mpri_k_gemm_small_fits accepts");
-        gin[0] = ga;
-    }
-    if (need_b) { /* gb [inner, cols] = a^T @ g */
-        mpr_tensor_t *gb = mpri_result(mpri_empty_on(dev, dt, 2, b->shape));
-        if (!gb) {
-            *e = mpr_last_error_code();
-            return true;
-        }
-        bool taken = B->gemm_small(dev, dt, inner, cols, rows, 1.0, mpr_tensor_data(a), a->strides[1],
-                                   a->strides[0], mpr_tensor_data(g), g->strides[0], g->strides[1], 0.0,
-                                   mpr_tensor_data(gb), cols);
-        MPRI_ASSERT(taken, "the backend's gemm_small takes every product mpri_k_gemm_small_fits accepts");
-        gin[1] = gb;
-    }
+    if (need_a && !(gin[0] = small_product(B, dev, dt, a->shape, cols, mpr_tensor_data(g), gs[0], gs[1],
+                                           mpr_tensor_data(b), b->strides[1], b->strides[0]))) /* g @ b^T */
+        *e = mpr_last_error_code();
+    if (!*e && need_b && !(gin[1] = small_product(B, dev, dt, b->shape, rows, mpr_tensor_data(a), a->strides[1],
+                                                  a->strides[0], mpr_tensor_data(g), gs[0], gs[1]))) /* a^T @ g */
+        *e = mpr_last_error_code();
     return true;
 }
 

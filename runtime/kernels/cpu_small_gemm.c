@@ -111,29 +111,28 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
             bstride = b_rs == 0 ? 0 : nb * LANES;                                                      \
         }                                                                                              \
         if (a_cs == 1)                                                                                 \
-            switch (nb) {                                                                              \
-            case 1: ROWS_##T(1, true); break;                                                          \
-            case 2: ROWS_##T(2, true); break;                                                          \
-            case 3: ROWS_##T(3, true); break;                                                          \
-            default: ROWS_##T(4, true); break;                                                         \
-            }                                                                                          \
+            DISPATCH(T, true);                                                                         \
         else                                                                                           \
-            switch (nb) {                                                                              \
-            case 1: ROWS_##T(1, false); break;                                                         \
-            case 2: ROWS_##T(2, false); break;                                                         \
-            case 3: ROWS_##T(3, false); break;                                                         \
-            default: ROWS_##T(4, false); break;                                                        \
-            }                                                                                          \
+            DISPATCH(T, false);                                                                        \
     }
 
+/* The rows for nb = ceil(N / LANES) vectors a row, a constant in each case. */
+#define DISPATCH(T, a_unit)                                                                            \
+    do {                                                                                               \
+        switch (nb) {                                                                                  \
+        case 1: ROWS(T, 1, a_unit); break;                                                             \
+        case 2: ROWS(T, 2, a_unit); break;                                                             \
+        case 3: ROWS(T, 3, a_unit); break;                                                             \
+        default: ROWS(T, 4, a_unit); break;                                                            \
+        }                                                                                              \
+    } while (0)
+
 /* All rows of C with nb vectors a row (a constant): blocks of ROW_BLOCK, then single rows. */
-#define ROWS_float(nb, a_unit) ROWS(float, nb, a_unit)
-#define ROWS_double(nb, a_unit) ROWS(double, nb, a_unit)
 #define ROWS(T, nb, a_unit)                                                                            \
     do {                                                                                               \
         int64_t i = 0;                                                                                 \
         for (; i + ROW_BLOCK <= M; i += ROW_BLOCK)                                                     \
-            rows_##T(ROW_BLOCK, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc);      \
+            rows_##T(ROW_BLOCK, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
         for (; i < M; i++) rows_##T(1, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
     } while (0)
 
