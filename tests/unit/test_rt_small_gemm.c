@@ -11,7 +11,12 @@
  * - any element strides, 0 included (broadcast rows, columns, or a single
  *   element read in place), padded and transposed: the scalar sum's bits;
  * - mpri_k_gemm sends a tiny product there (same bits) and a product just
- *   too deep to BLAS (still the right numbers). */
+ *   too deep to BLAS (still the right numbers).
+ * Built a second time as test_rt_small_gemm_baseline with its own copy of
+ * the kernel without the AVX2 clone (tests/unit/CMakeLists.txt): the same
+ * checks then hold for the baseline x86-64 code, and the dispatch test
+ * compares its bits with the library's kernel, the AVX2 clone where the CPU
+ * has AVX2. */
 #include <cblas.h>
 #include <math.h>
 #include <setjmp.h>
@@ -180,7 +185,9 @@ static void test_strided_operands(void **state) {
 
 static void test_gemm_dispatch(void **state) {
     (void)state;
-    /* A tiny product through the public kernel entry: the small kernel's bits. */
+    /* A tiny product through the library's kernel entry: the small kernel's
+     * bits (in the baseline build, those of the library's clone against this
+     * test's baseline copy). */
     float a[8 * 65], b[65 * 8], c1[64], c2[64];
     for (int i = 0; i < 8 * 65; i++) a[i] = (float)next_uniform(), b[i] = (float)next_uniform();
     mpri_k_gemm(MPR_F32, false, true, 8, 8, 8, 1.0, a, 8, b, 8, 0.0, c1, 8);
