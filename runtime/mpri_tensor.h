@@ -129,11 +129,12 @@ void mpri_tensor_count_live(long n);
 mpr_tensor_t *mpri_tensor_view(mpri_storage_t *storage, mpr_dtype_t dtype, int ndim,
                                const int64_t *shape, const int64_t *strides, int64_t offset);
 
-/* Make `t` (zeroed memory, in a tensor block when `in_block`) a live
- * contiguous tensor over the whole of `storage`, taking over the caller's
- * reference to it. dtype/ndim/shape are already checked and storage->nbytes
- * is their size. It is not counted live: the caller adds it with
- * mpri_tensor_count_live (tensor_block.c does, once per block). */
+/* Make `t` (any memory, in a tensor block when `in_block`; every field is
+ * set, unused dims to 0) a live contiguous tensor over the whole of
+ * `storage`, taking over the caller's reference to it. dtype/ndim/shape are
+ * already checked and storage->nbytes is their size. It is not counted
+ * live: the caller adds it with mpri_tensor_count_live (tensor_block.c does,
+ * once per block; mpr_tensor_empty per tensor). */
 mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storage_t *storage,
                                      mpr_dtype_t dtype, int ndim, const int64_t *shape);
 

@@ -191,6 +191,7 @@ mpr_tensor_t *mpri_tensor_init_whole(mpr_tensor_t *t, bool in_block, mpri_storag
     t->in_block = in_block;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     contiguous_strides(ndim, shape, t->strides);
+    for (int i = ndim; i < MPR_MAX_DIMS; i++) t->shape[i] = t->strides[i] = 0; /* as a zeroed struct's */
     t->offset = 0;
     t->storage = storage;
     t->autograd = NULL;
@@ -207,12 +208,16 @@ mpr_tensor_t *mpr_tensor_empty(mpr_dtype_t dtype, int ndim, const int64_t *shape
     if (ndim > 0) MPRI_ARG_NONNULL_OR(shape, NULL);
     if (mpri_tensor_check_shape("empty", dtype, ndim, shape, &numel) != MPR_OK) return NULL;
     mpri_storage_t *s = mpri_storage_create((size_t)numel * mpr_dtype_size(dtype));
-    if (!s) {
+    mpr_tensor_t *t = s ? mpri_small_alloc(sizeof *t) : NULL;
+    if (!t) {
+        mpri_storage_release(s);
         mpr_error_set(MPR_ERR_NOMEM, "empty: cannot allocate %lld elements", (long long)numel);
         return NULL;
     }
-    mpr_tensor_t *t = mpri_tensor_view(s, dtype, ndim, shape, NULL, 0);
-    mpri_storage_release(s);
+    /* The whole of a storage made for this shape: nothing to check against
+     * it, and the storage's one reference passes to the tensor. */
+    mpri_tensor_init_whole(t, false, s, dtype, ndim, shape);
+    mpri_tensor_count_live(1);
     return t;
 }
 
