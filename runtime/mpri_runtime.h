@@ -297,6 +297,13 @@ const char *mpri_mpi_error_string(int code, char *buf, int len);
  * installed their handlers and hooks. */
 mpr_err_t mpri_world_init(const mpr_init_options_t *opts);
 
+/* The Open MPI setting mpirpc picks for an MPI it starts (mpi_tuning.c says
+ * which and when): set just before MPI_Init_thread, removed just after;
+ * mpri_mpi_tuned tells whether the last MPI this process started got it. */
+void mpri_mpi_tune_before_init(void);
+void mpri_mpi_tune_after_init(void);
+bool mpri_mpi_tuned(void);
+
 /* ---- hooks for the layers above (world.c) ----
  * Each layer adds its hooks once (in its init, before mpri_world_init); at most MPRI_MAX_HOOKS of each
  * kind; they run in the order added (after_stop in reverse order). */

@@ -11,8 +11,10 @@
  * filled by the library's own layers at their init, a fixed number of times:
  * overflowing one is a library bug (MPRI_ASSERT). mpr_init also tunes glibc's
  * trim and mmap thresholds once per process (keep_freed_memory says why and
- * how to opt out), and a process whose MPI it starts ignores SIGPIPE unless
- * something set it already (ignore_sigpipe_if_default says why). */
+ * how to opt out), a process whose MPI it starts ignores SIGPIPE unless
+ * something set it already (ignore_sigpipe_if_default says why), and an
+ * Open MPI it starts sends eager messages on one host by copy
+ * (mpi_tuning.c). */
 #include <ctype.h>
 #include <malloc.h>
 #include <signal.h>
@@ -243,8 +245,10 @@ mpr_err_t mpri_world_init(const mpr_init_options_t *user_opts) {
     int provided = 0;
     if (!initialized) {
         ignore_sigpipe_if_default();
-        if (MPI_Init_thread(opts.argc, opts.argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-            return mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Init_thread failed");
+        mpri_mpi_tune_before_init();
+        int rc = MPI_Init_thread(opts.argc, opts.argv, MPI_THREAD_MULTIPLE, &provided);
+        mpri_mpi_tune_after_init();
+        if (rc != MPI_SUCCESS) return mpr_error_set(MPR_ERR_MPI, "mpr_init: MPI_Init_thread failed");
         if (!mpi_started_here) atexit(finalize_mpi_at_exit);
         mpi_started_here = true;
         mpri_rt.own_mpi = true;
