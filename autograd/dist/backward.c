@@ -166,6 +166,14 @@ static bool piece_done(const piece_t *p) { return mpr_future_done(p->result); }
 
 static void destroy_task(void *task) { mpri_graph_task_destroy(task); }
 
+/* A finished piece's requests, NULL-terminated (the replies they hold, with
+ * their messages), released off the caller's path (mpri_defer). */
+static void release_requests(void *arg) {
+    mpr_future_t **reqs = arg;
+    for (mpr_future_t **f = reqs; *f; f++) mpr_future_release(*f);
+    free(reqs);
+}
+
 static void piece_succeed(piece_t *p) {
     MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
     mpr_future_set_result(p->result, mpr_value_new_none());
@@ -213,8 +221,9 @@ static bool piece_absorb(piece_t *p, mpr_future_t *f, bool is_request) {
     return false;
 }
 
+/* reqs always has room for a NULL after its last entry (release_requests). */
 static mpr_err_t piece_push_request(piece_t *p, mpr_future_t *f) {
-    if (p->n_reqs == p->cap_reqs) {
+    if (p->n_reqs + 1 >= p->cap_reqs) {
         int cap = p->cap_reqs ? p->cap_reqs * 2 : 8;
         mpr_future_t **r = realloc(p->reqs, (size_t)cap * sizeof *r);
         if (!r) {
@@ -777,10 +786,18 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
                               mpr_future_error_message(p.result)[0] ? mpr_future_error_message(p.result)
                                                                     : mpr_strerror(e));
         }
-        /* The caller's next step need not wait for the graph task's frees:
-         * they run at the next idle moment (mpri_deferred.h). */
+        /* The caller's next step need not wait for the graph task's frees,
+         * nor for the replies' releases: they run at the next idle moment
+         * (mpri_deferred.h). */
         if (p.task) mpri_defer(destroy_task, p.task);
         p.task = NULL;
+        if (p.n_reqs > 0) { /* and the answered requests, with the replies they hold */
+            MPRI_ASSERT(p.n_reqs < p.cap_reqs, "a piece's requests keep room for their terminator");
+            p.reqs[p.n_reqs] = NULL;
+            mpri_defer(release_requests, p.reqs);
+            p.reqs = NULL;
+            p.n_reqs = p.cap_reqs = 0;
+        }
         piece_fini(&p);
     }
     for (int i = 0; ones && i < n; i++) mpr_tensor_release(ones[i]);
