@@ -122,7 +122,12 @@ typedef struct piece {
     struct piece *answering;
     mpri_grad_answers_t answers; /* when begun by a request: its answers so far (grad_wire.c) */
     bool sealed;          /* the run returned */
-    mpr_future_t *result; /* completed at DONE: none, or the error */
+    /* DONE, and how: ok, or an error kept in `failure` (a completed future,
+     * made only then, so a remote origin travels on), or `fail_code` alone
+     * when no future could be made for it (out of memory). */
+    bool done;
+    mpr_future_t *failure;
+    mpr_err_t fail_code;
     /* The requests the run sent (and, when WAITING, those adopted from its
      * ANSWER pieces), waited on by the thread that ran it: reqs[0, n_taken)
      * were answered and absorbed, reqs[n_taken, n_reqs) are outstanding. */
@@ -147,22 +152,24 @@ static mpr_err_t piece_init(piece_t *p, mpri_dist_ctx_t *ctx, uint64_t pass_id, 
                             piece_t *answering) {
     *p = (piece_t){.ctx = ctx, .pass_id = pass_id, .retain_graph = retain_graph, .msg = msg};
     p->answering = msg ? p : answering;
-    if (!(p->result = mpr_future_create())) return mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
     mpri_dist_ctx_retain(ctx);
     return MPR_OK;
 }
 
 static void piece_fini(piece_t *p) {
-    MPRI_ASSERT(mpr_future_done(p->result), "a piece is finished only after DONE");
+    MPRI_ASSERT(p->done, "a piece is finished only after DONE");
     mpri_graph_task_destroy(p->task);
     for (int i = 0; i < p->n_reqs; i++) mpr_future_release(p->reqs[i]);
     free(p->reqs);
     mpri_grad_answers_fini(&p->answers);
     mpri_dist_ctx_release(p->ctx);
-    mpr_future_release(p->result);
+    if (p->failure) mpr_future_release(p->failure);
 }
 
-static bool piece_done(const piece_t *p) { return mpr_future_done(p->result); }
+static bool piece_done(const piece_t *p) { return p->done; }
+
+/* MPR_OK for DONE(ok), else the error's code. */
+static mpr_err_t piece_error(const piece_t *p) { return p->failure ? mpr_future_error(p->failure) : p->fail_code; }
 
 static void destroy_task(void *task) { mpri_graph_task_destroy(task); }
 
@@ -176,21 +183,33 @@ static void release_requests(void *arg) {
 
 static void piece_succeed(piece_t *p) {
     MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
-    mpr_future_set_result(p->result, mpr_value_new_none());
+    p->done = true;
+}
+
+/* DONE(error `code`): the future to complete with the error, or NULL when
+ * none could be made (the piece then keeps the code alone). */
+static mpr_future_t *piece_failure(piece_t *p, mpr_err_t code) {
+    MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
+    MPRI_ASSERT(code != MPR_OK, "a failed piece has an error code");
+    p->done = true;
+    p->fail_code = code;
+    p->failure = mpr_future_create();
+    return p->failure;
 }
 
 /* DONE(error) with this worker as the origin (a piece not begun by a request
  * keeps the plain code: the root returns it, a piece run from an answer
  * hands it to the piece that ran it). */
 static void piece_fail(piece_t *p, mpr_err_t code, const char *detail) {
-    MPRI_ASSERT(!piece_done(p), "a piece reaches DONE exactly once");
+    mpr_future_t *f = piece_failure(p, code);
+    if (!f) return;
     if (!p->msg) {
-        mpr_future_set_error(p->result, code, detail);
+        mpr_future_set_error(f, code, detail);
         return;
     }
     mpri_remote_error_t re;
     mpri_remote_error_init(&re, self_name(), mpri_rt.rank, "dist backward", code, detail);
-    mpri_future_complete_remote(p->result, &re);
+    mpri_future_complete_remote(f, &re);
 }
 
 /* The outcome `f` (done) of a request of `p`, or of a piece `p` ran from an
@@ -202,12 +221,9 @@ static bool piece_absorb(piece_t *p, mpr_future_t *f, bool is_request) {
     const mpri_remote_error_t *passed = mpri_future_remote_error(f);
     if (passed) {
         mpri_remote_error_t re = *passed;
-        if (p->msg) {
-            mpri_remote_error_pass(&re, self_name(), "dist backward");
-            mpri_future_complete_remote(p->result, &re);
-        } else {
-            mpri_future_complete_remote(p->result, &re);
-        }
+        if (p->msg) mpri_remote_error_pass(&re, self_name(), "dist backward");
+        mpr_future_t *failed = piece_failure(p, e);
+        if (failed) mpri_future_complete_remote(failed, &re);
         return false;
     }
     const char *why = mpr_future_error_message(f)[0] ? mpr_future_error_message(f) : mpr_strerror(e);
@@ -396,8 +412,10 @@ static void piece_run_answers(piece_t *p, const mpr_value_t *answers) {
         if (!piece_done(&q)) {
             piece_adopt_requests(p, &q);
             piece_succeed(&q);
-        } else {
-            piece_absorb(p, q.result, false);
+        } else if (q.failure) {
+            piece_absorb(p, q.failure, false);
+        } else if (q.fail_code != MPR_OK) { /* failed, and no future could hold the error */
+            piece_fail(p, q.fail_code, "dist backward: out of memory");
         }
         piece_fini(&q);
     }
@@ -711,7 +729,7 @@ static void handle_backward(mpri_msg_t *msg) {
     piece_wait(&p);
     if (traced) mpri_trace_range_end();
     /* DONE: answer the request. */
-    if (mpr_future_error(p.result) == MPR_OK) {
+    if (piece_error(&p) == MPR_OK) {
         mpri_outmsg_t reply;
         mpri_reply_begin(msg, MPRI_MSG_BACKWARD_AUTOGRAD_RESP, &reply);
         mpr_err_t we = mpri_grad_answers_write(&p.answers, &reply.wire, &reply.tensors);
@@ -724,8 +742,11 @@ static void handle_backward(mpri_msg_t *msg) {
             mpri_outmsg_fini(&reply);
             mpri_reply_error(msg, we, why);
         }
-    } else
-        mpri_reply_future_error(msg, p.result);
+    } else if (p.failure) {
+        mpri_reply_future_error(msg, p.failure);
+    } else {
+        mpri_reply_error(msg, p.fail_code, "dist backward: out of memory");
+    }
     mpri_msg_done(msg);
     p.msg = NULL;
     piece_fini(&p);
@@ -776,14 +797,14 @@ mpr_err_t mpr_dist_backward(int64_t ctx_id, mpr_tensor_t *const *roots, int n, b
         piece_wait(&p);
         if (traced) mpri_trace_range_end();
         MPRI_ASSERT(piece_done(&p), "the root's wait ends only in DONE");
-        e = mpr_future_error(p.result);
+        e = piece_error(&p);
         if (e) {
-            const mpri_remote_error_t *re = mpri_future_remote_error(p.result);
+            const mpri_remote_error_t *re = p.failure ? mpri_future_remote_error(p.failure) : NULL;
             if (re)
                 mpri_error_set_remote(re);
             else
                 mpr_error_set(e, "mpr_dist_backward on %s: %s", self_name(),
-                              mpr_future_error_message(p.result)[0] ? mpr_future_error_message(p.result)
+                              p.failure && mpr_future_error_message(p.failure)[0] ? mpr_future_error_message(p.failure)
                                                                     : mpr_strerror(e));
         }
         /* The caller's next step need not wait for the graph task's frees,
