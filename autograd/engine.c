@@ -208,12 +208,24 @@ static mpr_err_t already_ran(const mpri_node_t *node) {
                          node->def->name);
 }
 
+/* The walk's stack doubled (moved to the heap from `inline_stack`); NULL
+ * when out of memory, the old stack then still owned by the caller. */
+static int *grow_stack(int *stack, int *inline_stack, int *cap) {
+    int ncap = *cap * 2;
+    int *ns = stack == inline_stack ? malloc((size_t)ncap * sizeof *ns) : realloc(stack, (size_t)ncap * sizeof *ns);
+    if (!ns) return NULL;
+    if (stack == inline_stack) memcpy(ns, stack, (size_t)*cap * sizeof *ns);
+    *cap = ncap;
+    return ns;
+}
+
 mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge_t *edges) {
     if (t->phase != TASK_OPEN)
         return mpr_error_set(MPR_ERR_STATE, "backward: cannot add roots to a graph task that %s",
                              t->phase == TASK_FAILED ? "failed" : "is running");
-    int *stack = NULL;
-    int sp = 0, cap = 0;
+    int stack_inline[64]; /* the walk's stack: on the C stack until a graph needs more */
+    int *stack = stack_inline;
+    int sp = 0, cap = 64;
     mpr_err_t rc = MPR_OK;
     for (int r = 0; r < n && rc == MPR_OK; r++) {
         if (!edges[r].node) continue;
@@ -226,8 +238,7 @@ mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge
         if (!fresh) continue;
         /* Walk the nodes first reached from this root. */
         if (sp == cap) {
-            cap = cap ? cap * 2 : 64;
-            int *ns = realloc(stack, (size_t)cap * sizeof *ns);
+            int *ns = grow_stack(stack, stack_inline, &cap);
             if (!ns) { rc = mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory"); break; }
             stack = ns;
         }
@@ -241,8 +252,7 @@ mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge
                 if (c < 0) {
                     if ((c = insert(t, child)) < 0) { rc = mpr_last_error_code(); break; }
                     if (sp == cap) {
-                        cap = cap ? cap * 2 : 64;
-                        int *ns = realloc(stack, (size_t)cap * sizeof *ns);
+                        int *ns = grow_stack(stack, stack_inline, &cap);
                         if (!ns) { rc = mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory"); break; }
                         stack = ns;
                     }
@@ -253,7 +263,7 @@ mpr_err_t mpri_graph_task_add_roots(mpri_graph_task_t *t, int n, const mpri_edge
             }
         }
     }
-    free(stack);
+    if (stack != stack_inline) free(stack);
     if (rc != MPR_OK) t->phase = TASK_FAILED; /* counts are incomplete */
     check_task(t);
     return rc;

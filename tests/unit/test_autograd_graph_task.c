@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "mpri_engine.h"
+#include "mpirpc/nn_functional.h"
 
 #define assert_near(a, b, eps) assert_true(fabs((double)(a) - (double)(b)) <= (eps))
 
@@ -285,6 +286,38 @@ static void test_refused_feeds_and_failed_task(void **state) {
     mpr_tensor_release(x);
 }
 
+/* A node with 150 inputs, each its own product node, next to a chain: the
+ * walk that counts dependencies outgrows its first 64 stack slots (it moves
+ * to the heap), and every count and gradient still comes out right. */
+static void test_wide_graph(void **state) {
+    (void)state;
+    enum { WIDE = 150 };
+    int64_t one = 1;
+    mpr_tensor_t *x = mpr_full(MPR_F64, 1, &one, 3.0);
+    mpr_set_requires_grad(x, true);
+    mpr_scope_begin(); /* what the ops make is released by mpr_scope_end */
+    mpr_tensor_t *parts[WIDE];
+    for (int i = 0; i < WIDE; i++) parts[i] = mpr_mul_scalar(x, (double)(i + 1));
+    mpr_tensor_t *cat = mpr_cat(parts, WIDE, 0);
+    assert_non_null(cat);
+    mpr_tensor_t *loss = mpr_sum(cat);
+    mpri_edge_t root = mpri_tensor_edge(loss);
+    mpri_graph_task_t *t = mpri_graph_task_create(NULL);
+    assert_int_equal(mpri_graph_task_add_roots(t, 1, &root), MPR_OK);
+    /* sum, cat, 150 products, x's accumulator */
+    assert_int_equal(mpri_graph_task_num_nodes(t), WIDE + 3);
+    assert_int_equal(mpri_graph_task_dependencies(t, mpri_tensor_edge(cat).node), 1);
+    assert_int_equal(mpri_graph_task_dependencies(t, mpri_tensor_edge(parts[WIDE - 1]).node), 1);
+    mpr_tensor_t *g = mpr_full(MPR_F64, 0, NULL, 1.0);
+    assert_int_equal(mpri_graph_task_run(t, 1, &root, &g), MPR_OK);
+    mpri_graph_task_destroy(t);
+    mpr_tensor_t *grad = mpr_tensor_grad(x);
+    assert_non_null(grad);
+    assert_near(at(grad, 0), WIDE * (WIDE + 1) / 2.0, 1e-9); /* d/dx of sum_i (i+1) x */
+    mpr_scope_end();
+    mpr_tensor_release(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_roots_resume_and_sink),
@@ -292,6 +325,7 @@ int main(void) {
         cmocka_unit_test(test_send_function),
         cmocka_unit_test(test_passthrough_to_leaves),
         cmocka_unit_test(test_refused_feeds_and_failed_task),
+        cmocka_unit_test(test_wide_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
