@@ -5,12 +5,15 @@
  * on its interface: argument checks, a buffer from its memory pool, packing
  * both operands. The model layers of small RPC examples (the 8x8 dist
  * autograd step, RNN cells and policy nets of the tutorial apps) are that
- * small. This kernel keeps 4 rows x up to 4 vectors of C in registers
- * (GCC vector extensions, 32-byte vectors), streams A by scalars and reads
+ * small. This kernel keeps 4 rows x up to 4 vectors of C in registers (8
+ * rows when a row of C is one vector) (GCC vector extensions, 32-byte
+ * vectors), streams A by scalars and reads
  * B in place when its rows are unit-strided whole vectors, else from a
  * zero-padded copy (a single row when B is broadcast along the inner
  * dimension). Operands take any element strides, 0 included, so a
- * broadcast gradient (from sum or mean) needs no contiguous copy.
+ * broadcast gradient (from sum or mean) needs no contiguous copy; when A's
+ * rows are all the same (row stride 0) and C is not read, one row of C is
+ * computed and copied to the others.
  *
  * Invariants: mpri_k_gemm_small() and mpri_k_gemm_small_strided() take a
  * product only when mpri_k_gemm_small_fits() (N <= 32 f32 or 16 f64
@@ -30,7 +33,8 @@
 #define MAX_VECTORS 4 /* per row of C: 32 f32 or 16 f64 columns */
 #define SMALL_MAX_K 64
 #define SMALL_MAX_MNK 4096
-#define ROW_BLOCK 4
+#define ROW_BLOCK 4      /* rows of C kept in registers at once ... */
+#define WIDE_ROW_BLOCK 8 /* ... when a row is one vector (8 accumulators, 16 registers in all) */
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__GLIBC__) && !defined(MPRI_SMALL_GEMM_BASELINE_ONLY)
 /* One clone with 256-bit registers, one for any x86-64; both round alike
@@ -56,9 +60,9 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
     static inline __attribute__((always_inline)) void rows_##T(                                       \
         int rows, int nb, bool a_unit, int64_t i0, int64_t N, int64_t K, T alpha, const T *A,           \
         int64_t a_rs, int64_t a_cs, const T *bbase, int64_t bstride, T beta, T *C, int64_t ldc) {       \
-        VT acc[ROW_BLOCK][MAX_VECTORS];                                                                \
-        const T *arow[ROW_BLOCK];                                                                      \
-        _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                        \
+        VT acc[WIDE_ROW_BLOCK][MAX_VECTORS];                                                           \
+        const T *arow[WIDE_ROW_BLOCK];                                                                 \
+        _Pragma("GCC unroll 8") for (int r = 0; r < rows; r++) {                                        \
             arow[r] = A + (i0 + r) * a_rs;                                                             \
             _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) acc[r][q] = (VT){0};                  \
         }                                                                                              \
@@ -66,12 +70,12 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
             VT b[MAX_VECTORS];                                                                         \
             _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++)                                        \
                 memcpy(&b[q], bbase + p * bstride + q * LANES, sizeof(VT));                            \
-            _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                    \
+            _Pragma("GCC unroll 8") for (int r = 0; r < rows; r++) {                                    \
                 T a = arow[r][a_unit ? p : p * a_cs];                                                  \
                 _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) acc[r][q] += a * b[q];            \
             }                                                                                          \
         }                                                                                              \
-        _Pragma("GCC unroll 4") for (int r = 0; r < rows; r++) {                                        \
+        _Pragma("GCC unroll 8") for (int r = 0; r < rows; r++) {                                        \
             T *c = C + (i0 + r) * ldc;                                                                  \
             _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) {                                      \
                 VT v = alpha * acc[r][q];                                                              \
@@ -112,30 +116,34 @@ bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
             bbase = (const T *)pack;                                                                   \
             bstride = b_rs == 0 ? 0 : nb * LANES;                                                      \
         }                                                                                              \
+        /* Every row of A the same (a broadcast along M, e.g. the gradient of a sum) and C not read:  \
+         * every row of C is the same too. One is computed, the others are copies (same bits). */   \
+        int64_t rows_computed = a_rs == 0 && beta == 0 ? 1 : M;                                         \
         if (a_cs == 1)                                                                                 \
-            DISPATCH(T, true);                                                                         \
+            DISPATCH(T, true, rows_computed);                                                          \
         else                                                                                           \
-            DISPATCH(T, false);                                                                        \
+            DISPATCH(T, false, rows_computed);                                                         \
+        for (int64_t i = rows_computed; i < M; i++) memcpy(C + i * ldc, C, sizeof(T) * (size_t)N);     \
     }
 
-/* The rows for nb = ceil(N / LANES) vectors a row, a constant in each case. */
-#define DISPATCH(T, a_unit)                                                                            \
+/* The first `m` rows of C, for nb = ceil(N / LANES) vectors a row, a constant in each case. */
+#define DISPATCH(T, a_unit, m)                                                                         \
     do {                                                                                               \
         switch (nb) {                                                                                  \
-        case 1: ROWS(T, 1, a_unit); break;                                                             \
-        case 2: ROWS(T, 2, a_unit); break;                                                             \
-        case 3: ROWS(T, 3, a_unit); break;                                                             \
-        default: ROWS(T, 4, a_unit); break;                                                            \
+        case 1: ROWS(T, 1, a_unit, m, WIDE_ROW_BLOCK); break;                                          \
+        case 2: ROWS(T, 2, a_unit, m, ROW_BLOCK); break;                                               \
+        case 3: ROWS(T, 3, a_unit, m, ROW_BLOCK); break;                                               \
+        default: ROWS(T, 4, a_unit, m, ROW_BLOCK); break;                                              \
         }                                                                                              \
     } while (0)
 
-/* All rows of C with nb vectors a row (a constant): blocks of ROW_BLOCK, then single rows. */
-#define ROWS(T, nb, a_unit)                                                                            \
+/* Rows [0, m) of C with nb vectors a row (a constant): blocks of `block` rows, then single rows. */
+#define ROWS(T, nb, a_unit, m, block)                                                                  \
     do {                                                                                               \
         int64_t i = 0;                                                                                 \
-        for (; i + ROW_BLOCK <= M; i += ROW_BLOCK)                                                     \
-            rows_##T(ROW_BLOCK, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
-        for (; i < M; i++) rows_##T(1, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
+        for (; i + (block) <= (m); i += (block))                                                       \
+            rows_##T((block), nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
+        for (; i < (m); i++) rows_##T(1, nb, a_unit, i, N, K, alpha, A, a_rs, a_cs, bbase, bstride, beta, C, ldc); \
     } while (0)
 
 SMALL_GEMM(float, v8f, 8)
