@@ -13,10 +13,12 @@
  * Without "inplace" ob1 copies them the way it copies the small ones:
  * into the fast box, done at once. Large messages are unaffected (their
  * rendezvous uses vader's put/get, which stay). Measured on the 2-core
- * development machine: the 8x8 distributed autograd step (three of its four
- * messages carry a tensor) fell from about 4.1 to 3.8 no-op round trips,
- * and the polling of sends in flight from ~2,500 to ~500 instructions a step
- * on the worker that answers (README, "Distributed autograd").
+ * development machine, each kind of call timed in turn in one loop (4 runs
+ * each way, alternated): the 8x8 distributed autograd step (three of its
+ * four messages carry a tensor) took 3.38-3.58 no-op round trips against
+ * 3.59-3.83, an echo of an 8x8 tensor 1.17-1.26 against 1.25-1.30; the
+ * polling of sends in flight fell from ~2,500 to ~500 instructions a step
+ * on the worker that answers.
  *
  * Rules (mpri_mpi_tune_before_init, called just before MPI_Init_thread):
  * - only when mpr_init starts MPI: a host that initialised MPI keeps its
@@ -34,7 +36,9 @@
  *   mentions btl_vader_flags (/etc/openmpi, $OPAL_SYSCONFDIR,
  *   $OPAL_PREFIX/etc, ~/.openmpi), or when MPIRPC_KEEP_MPI_DEFAULTS is set;
  * - the variable exists only for MPI_Init_thread: mpri_mpi_tune_after_init
- *   removes it, so programs this process starts do not inherit it.
+ *   removes it, so programs this process starts do not inherit it (setenv
+ *   is not safe beside threads reading the environment: like MPI_Init
+ *   itself, mpr_init comes before a program starts such threads).
  *
  * Invariant: after mpri_mpi_tune_after_init the environment is as it was
  * before mpri_mpi_tune_before_init (only a variable this file set is
