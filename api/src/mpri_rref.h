@@ -119,12 +119,17 @@ mpr_rref_t *mpri_rref_new_owner_handle(mpri_owner_t *o); /* takes a new referenc
 mpr_rref_t *mpri_rref_new_user(mpri_gid_t id, int owner_rank, mpri_gid_t fork, int state);
 /* MPR_OK if `r` is a live handle, else MPR_ERR_INVALID_ARG / MPR_ERR_STATE. */
 mpr_err_t mpri_rref_check(const mpr_rref_t *r, const char *what);
-/* User state transitions PENDING -> CONFIRMED / FAILED (lock taken inside;
+/* User state transitions PENDING -> FAILED / CONFIRMED (lock taken inside;
  * no-ops in any other state); they drop the pending state's reference. A
  * failure passed on as the thread's last remote error keeps its origin
- * (mpri_error.h), which mpri_rref_user_error reports again. */
-void mpri_rref_user_confirm(mpr_rref_t *r);
+ * (mpri_error.h), which mpri_rref_user_error reports again. The _release
+ * forms drop the caller's reference to `r` too (in the same locked step when
+ * `r` was PENDING, else as a plain release), so no reference of the creation
+ * is left once the handle reads confirmed (mpr_rref_confirmed_by_owner) and
+ * the user's last release is the handle's; `r` may be gone when they return. */
 void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message);
+void mpri_rref_user_confirm_release(mpr_rref_t *r);
+void mpri_rref_user_fail_release(mpr_rref_t *r, mpr_err_t code, const char *message);
 /* The creation error of a failed user, copied into the thread's error. */
 mpr_err_t mpri_rref_user_error(mpr_rref_t *r);
 /* Pending children (G2): keep `parent` (the reference is taken over on

@@ -34,7 +34,7 @@ static void creation_done(mpr_future_t *f, void *arg) {
     mpr_err_t e = mpr_future_error(f);
     if (c->user) {
         if (e == MPR_OK) {
-            mpri_rref_user_confirm(c->user);
+            mpri_rref_user_confirm_release(c->user); /* and the creation's reference */
         } else {
             /* Never reached the owner: nothing to delete. Any answer from the
              * owner, errors included (out of memory there too), means it
@@ -46,9 +46,8 @@ static void creation_done(mpr_future_t *f, void *arg) {
                 pthread_mutex_unlock(&CTX.lock);
             }
             if (mpri_future_remote_error(f)) mpri_error_set_remote(mpri_future_remote_error(f)); /* kept by the user */
-            mpri_rref_user_fail(c->user, e, mpr_future_error_message(f));
+            mpri_rref_user_fail_release(c->user, e, mpr_future_error_message(f));
         }
-        mpr_rref_release(c->user);
     } else {
         if (e != MPR_OK) mpri_owner_set_value(c->owner, e, mpr_future_error_message(f), NULL);
         mpri_owner_release(c->owner);
@@ -118,8 +117,7 @@ mpr_rref_t *mpr_remote(mpr_dest_t to, const char *fn, const mpr_value_t *args, d
     if (!f || mpri_future_on_complete(f, creation_done, c) != MPR_OK) {
         /* Out of memory: the RRef can never be confirmed; fail it now. */
         if (c->user) {
-            mpri_rref_user_fail(c->user, MPR_ERR_NOMEM, "remote: out of memory");
-            mpr_rref_release(c->user);
+            mpri_rref_user_fail_release(c->user, MPR_ERR_NOMEM, "remote: out of memory");
         } else { /* the pending record fails (to_here reports it) and leaves the table */
             mpri_owner_set_value(c->owner, MPR_ERR_NOMEM, "remote: out of memory", NULL);
             mpri_owner_release(c->owner);

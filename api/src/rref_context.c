@@ -37,7 +37,9 @@
  *   Orthogonal "deleted" flag (the handle leaves the live-user list):
  *   live --last reference dropped (not PENDING: the pending state holds a
  *     reference, dropped in the locked step that clears pending_ref after
- *     leaving PENDING; mpr_rref_confirmed_by_owner waits for that step)
+ *     leaving PENDING, with mpr_remote's own reference when its reply is what
+ *     settles it; mpr_rref_confirmed_by_owner waits for that step, so a
+ *     confirmed handle's user holds its last reference)
  *     | graceful-shutdown sweep--> deleted: a USER_DELETE goes
  *     to the owner if the owner recorded (or will record) this fork (G1).
  *   A PENDING user swept by shutdown is deleted with delete_due set: its
@@ -502,7 +504,13 @@ void mpr_rref_release(mpr_rref_t *r) {
     if (atomic_fetch_sub(&r->refcount, 1) == 1) release_last(r);
 }
 
-static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *message) {
+/* PENDING -> `state`, dropping the pending state's reference and, with
+ * `callers_ref`, the caller's one in the same locked step: a handle that
+ * reads confirmed (mpr_rref_confirmed_by_owner) then holds no reference of
+ * its creation any more, so the user's last release frees it and a later use
+ * is reported. In any other state the caller's reference is dropped as a
+ * plain release. */
+static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *message, bool callers_ref) {
     const mpri_remote_error_t *re = state == USER_FAILED ? mpri_remote_error_matching(code, message) : NULL;
     mpri_remote_error_t *remote = re ? malloc(sizeof *remote) : NULL;
     if (remote) *remote = *re;
@@ -510,6 +518,7 @@ static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *
     if (r->state != USER_PENDING) {
         pthread_mutex_unlock(&CTX.lock);
         free(remote);
+        if (callers_ref) mpr_rref_release(r);
         return false;
     }
     user_set_state_locked(r, state);
@@ -535,7 +544,9 @@ static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *
     pthread_mutex_lock(&CTX.lock);
     MPRI_ASSERT(r->pending_ref, "a user left PENDING twice");
     r->pending_ref = false;
-    bool last = atomic_fetch_sub(&r->refcount, 1) == 1;
+    long drop = callers_ref ? 2 : 1;
+    MPRI_ASSERT(atomic_load(&r->refcount) >= drop, "the references dropped on leaving PENDING are held");
+    bool last = atomic_fetch_sub(&r->refcount, drop) == drop;
     pthread_mutex_unlock(&CTX.lock);
     if (last) release_last(r);
     mpri_future_complete(ready, MPR_OK, NULL, NULL);
@@ -543,10 +554,14 @@ static bool leave_pending(mpr_rref_t *r, int state, mpr_err_t code, const char *
     return true;
 }
 
-void mpri_rref_user_confirm(mpr_rref_t *r) { leave_pending(r, USER_CONFIRMED, MPR_OK, NULL); }
-
 void mpri_rref_user_fail(mpr_rref_t *r, mpr_err_t code, const char *message) {
-    leave_pending(r, USER_FAILED, code, message);
+    leave_pending(r, USER_FAILED, code, message, false);
+}
+
+void mpri_rref_user_confirm_release(mpr_rref_t *r) { leave_pending(r, USER_CONFIRMED, MPR_OK, NULL, true); }
+
+void mpri_rref_user_fail_release(mpr_rref_t *r, mpr_err_t code, const char *message) {
+    leave_pending(r, USER_FAILED, code, message, true);
 }
 
 mpr_err_t mpri_rref_user_error(mpr_rref_t *r) {
@@ -725,8 +740,7 @@ static void rref_after_stop(void) {
     while (waits) { /* their fork acks will never come */
         fork_ent_t *w = waits;
         waits = w->next;
-        mpri_rref_user_fail(w->handle, MPR_ERR_SHUTDOWN, "the runtime stopped before the owner confirmed this RRef");
-        mpr_rref_release(w->handle);
+        mpri_rref_user_fail_release(w->handle, MPR_ERR_SHUTDOWN, "the runtime stopped before the owner confirmed this RRef");
         free(w);
     }
 }

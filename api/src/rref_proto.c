@@ -436,10 +436,9 @@ static void handle_ack(mpri_msg_t *msg) {
         int parent = -1;
         mpr_rref_t *u = mpri_rref_take_fork_wait(fork, &parent);
         if (u) { /* else a repeated ack (idempotent) */
-            mpri_rref_user_confirm(u);
+            mpri_rref_user_confirm_release(u); /* and the fork wait's reference: u may be gone now */
             mpri_rref_send_child_accept(parent, fork);
             atomic_fetch_sub(&CTX.unacked_ctrl_msgs, 1);
-            mpr_rref_release(u);
         }
     }
     mpri_msg_done(msg);
