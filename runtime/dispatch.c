@@ -69,9 +69,9 @@ static void reject_request(mpri_msg_t *msg, mpr_err_t code, const char *text, bo
     mpri_msg_done(msg);
 }
 
-static void (*reply_value_hook)(const mpri_msg_t *msg, mpr_value_t *v);
+static mpr_err_t (*reply_value_hook)(const mpri_msg_t *msg, mpr_value_t *v);
 
-void mpri_set_reply_value_hook(void (*hook)(const mpri_msg_t *msg, mpr_value_t *v)) { reply_value_hook = hook; }
+void mpri_set_reply_value_hook(mpr_err_t (*hook)(const mpri_msg_t *msg, mpr_value_t *v)) { reply_value_hook = hook; }
 
 static mpri_reply_decoder_t reply_decoders[MPRI_MSG_KIND_COUNT];
 
@@ -125,8 +125,13 @@ static void complete_from_reply(mpr_future_t *f, mpri_msg_t *msg) {
     if (e)
         mpri_future_complete(f, e, mpr_last_error(), NULL);
     else {
-        if (msg->hdr.autograd_context_id && reply_value_hook) reply_value_hook(msg, v);
-        mpri_future_complete(f, MPR_OK, NULL, v);
+        mpr_err_t he = msg->hdr.autograd_context_id && reply_value_hook ? reply_value_hook(msg, v) : MPR_OK;
+        if (he) {
+            mpri_future_complete(f, he, mpr_last_error(), NULL);
+            mpr_value_release(v);
+        } else {
+            mpri_future_complete(f, MPR_OK, NULL, v);
+        }
     }
 }
 

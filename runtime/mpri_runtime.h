@@ -198,9 +198,11 @@ void mpri_dispatch(mpri_msg_t *msg);
 /* Hook run on every successful reply whose header carries an autograd
  * context id, after its value was decoded and before the future waiting for
  * it completes (distributed autograd records a recv function for the
- * value's tensors). `v` is the decoded value (borrowed). Installed once,
- * before mpr_init. */
-void mpri_set_reply_value_hook(void (*hook)(const mpri_msg_t *msg, mpr_value_t *v));
+ * value's tensors). `v` is the decoded value (borrowed). An error it returns
+ * (its text in the thread's error) fails the future instead, the value
+ * released: a reply whose gradient path could not be recorded is not handed
+ * over as if it had one. Installed once, before mpr_init. */
+void mpri_set_reply_value_hook(mpr_err_t (*hook)(const mpri_msg_t *msg, mpr_value_t *v));
 /* Replies of `kind` carry a body of their own (mpri_reply_begin), not a
  * value: `decode` makes the value their future completes with (a new
  * reference in *out; the message's tensors stay the message's unless it
@@ -222,9 +224,10 @@ mpr_err_t mpri_reply_value(const mpri_msg_t *req, int kind, const mpr_value_t *v
 /* The same, and `stamp(reply, arg)` sees the encoded reply before it is sent
  * (its tensor list built, its header still open: distributed autograd sets
  * the autograd ids and records a send function for the result's tensors).
- * Not called when the value cannot be encoded (an error reply goes instead). */
+ * Not called when the value cannot be encoded; an error reply goes instead
+ * of the value then, and when `stamp` fails (its text in the thread's error). */
 mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_value_t *v,
-                                   void (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg);
+                                   mpr_err_t (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg);
 /* A reply whose body its kind writes itself (no value): mpri_reply_begin
  * makes `m` the reply of `kind` to `req`; the caller appends the body and
  * tensors, then mpri_reply_send sends it (consumes `m`; nothing is sent

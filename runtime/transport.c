@@ -696,7 +696,7 @@ mpr_err_t mpri_reply_send(const mpri_msg_t *req, mpri_outmsg_t *m) {
 }
 
 mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_value_t *v,
-                                   void (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg) {
+                                   mpr_err_t (*stamp)(mpri_outmsg_t *reply, void *arg), void *arg) {
     if (!(req->hdr.flags & MPRI_FLAG_EXPECTS_REPLY)) return MPR_OK;
     mpri_outmsg_t m;
     mpri_reply_begin(req, kind, &m);
@@ -708,6 +708,12 @@ mpr_err_t mpri_reply_value_stamped(const mpri_msg_t *req, int kind, const mpr_va
         mpri_outmsg_fini(&m);
         return mpri_reply_error(req, e, text);
     }
-    if (stamp) stamp(&m, arg);
+    if (stamp && (e = stamp(&m, arg)) != MPR_OK) {
+        char text[MPR_ERROR_TEXT_MAX];
+        snprintf(text, sizeof text, "On %s: cannot record the result for distributed autograd: %s",
+                 mpri_rt.workers[mpri_rt.rank].name, mpr_last_error());
+        mpri_outmsg_fini(&m);
+        return mpri_reply_error(req, e, text);
+    }
     return mpri_reply_send(req, &m);
 }

@@ -117,9 +117,9 @@ typedef struct in_call {
 } in_call_t;
 
 /* The encoded reply of a hooked call, before it is sent: hooks.on_reply. */
-static void stamp_reply(mpri_outmsg_t *reply, void *arg) {
+static mpr_err_t stamp_reply(mpri_outmsg_t *reply, void *arg) {
     in_call_t *c = arg;
-    if (hooks.on_reply) hooks.on_reply(c->hook_state, reply);
+    return hooks.on_reply ? hooks.on_reply(c->hook_state, reply) : MPR_OK;
 }
 
 /* The outcome is known: the kind's settle, the reply (hooks.on_reply sees

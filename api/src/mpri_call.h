@@ -83,8 +83,9 @@ typedef struct mpri_call_hooks {
     void (*leave)(void *state);
     /* A value reply, encoded, before it is sent (not called for an error
      * reply, or when the caller expects none): set its header's autograd
-     * ids and record a send function for its tensors (reply->tensors). */
-    void (*on_reply)(void *state, mpri_outmsg_t *reply);
+     * ids and record a send function for its tensors (reply->tensors). An
+     * error it returns (its text in the thread's error) is sent instead. */
+    mpr_err_t (*on_reply)(void *state, mpri_outmsg_t *reply);
     void (*release)(void *state);
 } mpri_call_hooks_t;
 

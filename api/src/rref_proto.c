@@ -461,9 +461,9 @@ typedef struct {
 } fetch_t;
 
 /* The encoded value reply of a hooked fetch: the call hooks record it. */
-static void stamp_fetch_reply(mpri_outmsg_t *reply, void *arg) {
+static mpr_err_t stamp_fetch_reply(mpri_outmsg_t *reply, void *arg) {
     const mpri_call_hooks_t *hooks = mpri_call_hooks();
-    if (hooks->on_reply) hooks->on_reply(arg, reply);
+    return hooks->on_reply ? hooks->on_reply(arg, reply) : MPR_OK;
 }
 
 static void fetch_reply(mpr_future_t *value, void *arg) {

@@ -48,7 +48,10 @@ mpr_tensor_t *mpri_grad_filled(int device, mpr_dtype_t dt, int nd, const int64_t
         return t;
     }
     mpri_storage_t *s = mpri_storage_create(mpr_dtype_size(dt));
-    if (!s) return NULL;
+    if (!s) { /* the storage layer sets no error: a NULL gradient must not read as "none" */
+        mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory for a gradient");
+        return NULL;
+    }
     if (dt == MPR_F32)
         *(float *)s->data = (float)x;
     else
@@ -153,7 +156,8 @@ mpr_err_t mpri_grads_read_one(mpri_grads_reader_t *rd, mpr_tensor_t **out) {
         if (!e) e = read_sizes(&rd->r, (mpr_dtype_t)dt, &nd, shape);
         if (e) return e;
         *out = mpri_grad_filled(-1, (mpr_dtype_t)dt, nd, shape, strides, x);
-        return *out ? MPR_OK : mpr_last_error_code();
+        if (*out) return MPR_OK;
+        return mpr_last_error_code() ? mpr_last_error_code() : mpr_error_set(MPR_ERR_NOMEM, "dist backward: out of memory");
     }
     if (form != GRAD_TENSOR && form != GRAD_BROADCAST) return malformed("an unknown form");
     uint32_t index;

@@ -21,6 +21,9 @@
  *  - caller, the reply arriving (mpri_set_reply_value_hook): a recv function
  *    for the reply's flagged tensors, if the context is still alive here (a
  *    reply outliving its context records nothing: pytorch#38513).
+ * Recording that fails for want of memory fails the call (an error reply
+ * from the callee, a failed future on the caller) rather than handing over a
+ * result whose gradients a later backward would silently miss.
  * Sender and receiver agree on which tensors a function covers without a
  * list on the wire: the tensors of the message's tensor list whose
  * descriptor carries the requires_grad bit, in list order.
@@ -182,15 +185,16 @@ static void leave(void *state) {
     if (s) mpri_dist_swap_current(s->prev);
 }
 
-static void on_reply(void *state, mpri_outmsg_t *reply) {
+static mpr_err_t on_reply(void *state, mpri_outmsg_t *reply) {
     call_state_t *s = state;
-    if (!s) return;
-    /* A failure leaves the reply without autograd ids: its tensors reach the
-     * caller as plain leaves (out of memory, or the context ended). */
-    if (mpri_dist_record_send(s->ctx, reply, s->src) != MPR_OK) {
+    if (!s) return MPR_OK;
+    mpr_err_t e = mpri_dist_record_send(s->ctx, reply, s->src);
+    if (e == MPR_ERR_STATE) { /* the caller ended the context meanwhile: plain leaves, nothing to backward */
         reply->hdr.autograd_context_id = 0;
         reply->hdr.autograd_message_id = 0;
+        return MPR_OK;
     }
+    return e; /* out of memory: an error reply, not a result whose gradients would be lost */
 }
 
 static void release(void *state) {
@@ -201,15 +205,20 @@ static void release(void *state) {
 }
 
 /* The caller side: a reply with autograd ids. */
-static void on_reply_value(const mpri_msg_t *msg, mpr_value_t *v) {
+static mpr_err_t on_reply_value(const mpri_msg_t *msg, mpr_value_t *v) {
     (void)v; /* its tensors are msg->tensors */
     mpri_dist_ctx_t *c = mpri_dist_ctx_find((int64_t)msg->hdr.autograd_context_id);
-    if (!c) return; /* the context ended before its reply arrived: nothing to record */
+    if (!c) return MPR_OK; /* the context ended before its reply arrived: nothing to record */
     pthread_mutex_lock(&c->lock);
     bool alive = !c->ended;
     pthread_mutex_unlock(&c->lock);
-    if (alive) (void)mpri_dist_record_recv(c, msg->tensors, msg->hdr.tensor_count, msg->hdr.autograd_message_id, msg->src);
+    /* Out of memory fails the call: a result without its recv function would
+     * make a later backward "succeed" without these gradients. */
+    mpr_err_t e = alive ? mpri_dist_record_recv(c, msg->tensors, msg->hdr.tensor_count, msg->hdr.autograd_message_id,
+                                                msg->src)
+                        : MPR_OK;
     mpri_dist_ctx_release(c);
+    return e;
 }
 
 /* ---- the thread context carried by mpr_future_then ---- */

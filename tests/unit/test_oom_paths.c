@@ -42,6 +42,7 @@
 #ifndef MPIRPC_TEST_NO_INTERPOSE
 
 #include "api_fixtures.h"
+#include "dist/mpri_grad_wire.h"
 #include "mpri_host_alloc.h"
 #include "mpri_runtime.h"
 #include "mpri_small_alloc.h"
@@ -60,10 +61,13 @@ static _Thread_local long seen;    /* allocations this thread made while armed *
 static _Thread_local long fail_at; /* the first one to fail (1-based) */
 static _Thread_local bool persistent, injected;
 
+static void print_where(void);
+
 static bool inject(void) {
     if (!armed) return false;
     seen++;
     if (seen == fail_at || (persistent && seen > fail_at)) {
+        if (!injected) print_where();
         injected = true;
         return true;
     }
@@ -129,6 +133,21 @@ static void track_print(void) {
             backtrace_symbols_fd(track[i].where, n, 2);
         }
     pthread_mutex_unlock(&track_lock);
+}
+
+/* Debugging aid (MPIRPC_OOM_WHERE=1): the stack of each run's first failed
+ * allocation. */
+static void print_where(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("MPIRPC_OOM_WHERE") != NULL;
+    if (!on) return;
+    bool was = armed;
+    armed = false; /* backtrace_symbols_fd allocates nothing, backtrace may once */
+    void *where[16];
+    int n = backtrace(where, 16);
+    fprintf(stderr, "allocation %ld fails at:\n", seen);
+    backtrace_symbols_fd(where, n, 2);
+    armed = was;
 }
 
 static void *counted(void *p) {
@@ -433,11 +452,55 @@ static void case_autograd(oom_case_t *c) {
     mpr_tensor_release(x);
 }
 
+/* A call to self inside a dist autograd context: the caller records a recv
+ * function for the result on this thread, where allocations fail. Either
+ * the call fails with its error, or the result comes with its gradient path
+ * (a result without it would make a later backward "succeed" without these
+ * gradients). */
+static void case_dist_call(oom_case_t *c) {
+    disarm();
+    mpr_tensor_t *x = mpr_ones(MPR_F32, 2, fx.shape);
+    assert_non_null(x);
+    assert_int_equal(mpr_set_requires_grad(x, true), MPR_OK);
+    mpr_value_t *args = mpr_value_list_of(1, mpr_value_new_tensor(x)), *r = NULL;
+    assert_non_null(args);
+    int64_t ctx = 0;
+    assert_int_equal(mpr_dist_context_begin(&ctx), MPR_OK);
+    oom_before_call();
+    mpr_err_t e = mpr_rpc_sync(mpr_to_rank(0), "oom_echo", args, 30, &r);
+    disarm();
+    if (e != MPR_OK && (mpr_last_error_code() != e || !mpr_last_error()[0]))
+        oom_fail(c, "mpr_rpc_sync returned %s without that error set", mpr_error_name(e));
+    if (e == MPR_OK) { /* [[x], "echo"]: the x that came back */
+        mpr_tensor_t *y = NULL;
+        assert_int_equal(mpr_value_get_tensor(mpr_value_list_get(mpr_value_list_get(r, 0), 0), &y), MPR_OK);
+        if (!mpr_grad_fn_name(y) || strcmp(mpr_grad_fn_name(y), "RecvRpcBackward") != 0)
+            oom_fail(c, "the result came back without its recv function (grad_fn %s)",
+                     mpr_grad_fn_name(y) ? mpr_grad_fn_name(y) : "none");
+    }
+    mpr_value_release(r);
+    assert_int_equal(mpr_dist_context_end(ctx), MPR_OK);
+    mpr_value_release(args);
+    mpr_tensor_release(x);
+}
+
+/* The gradient dist backward makes from a number that came on the wire (a
+ * broadcast one-element tensor): NULL only with the error set, never read as
+ * "no gradient". */
+static void case_grad_filled(oom_case_t *c) {
+    oom_before_call();
+    mpr_tensor_t *g = mpri_grad_filled(-1, MPR_F32, 2, fx.shape, (const int64_t[]){0, 0}, 1.0);
+    oom_check_result(c, g != NULL, false);
+    mpr_tensor_release(g);
+}
+
 static const oom_table_entry_t oom_extra_cases[] = {
     {case_rpc_roundtrip, "rpc_async round trip"},
     {case_remote_proxy, "remote + rref proxy"},
     {case_then, "future_then"},
     {case_autograd, "ops with autograd + backward"},
+    {case_dist_call, "dist autograd call to self"},
+    {case_grad_filled, "mpri_grad_filled"},
 };
 
 /* Run one case under every failure point; returns its failures. */
@@ -509,7 +572,14 @@ static int group_setup(void **state) {
     /* Every allocation point reaches the allocator, and no block waits in a
      * thread's cache of small blocks when live blocks are counted. */
     mpri_small_cache_disable();
-    if (mpr_init(NULL) != MPR_OK) return -1;
+    /* One pool worker: state a thread makes once for its life (its autograd
+     * scope stack, when a piece of a dist backward first runs there) is made
+     * by each case's first, uncounted run, not by whichever of several
+     * workers a later run happens to land on. */
+    mpr_init_options_t opts;
+    mpr_init_options_default(&opts);
+    opts.num_worker_threads = 1;
+    if (mpr_init(&opts) != MPR_OK) return -1;
     /* With a GPU, the CUDA runtime allocates and frees blocks of its own at
      * its first use (the first device lookup): make it before counting. */
     mpr_tensor_release(mpr_tensor_empty_on(mpr_cuda_device_count(), MPR_F32, 1, (const int64_t[]){1}));
