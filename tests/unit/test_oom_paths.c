@@ -18,7 +18,11 @@
  * must be back where it was (the caches of small blocks are off, so no
  * block waits in a thread's cache). A few hand-written cases go deeper than the
  * generic fixtures reach (an RPC returning a value, remote() to self, an
- * RRef proxy, then-callbacks, .npy and safetensors round trips).
+ * RRef proxy, then-callbacks, .npy and safetensors round trips, a call in
+ * a dist autograd context, the gradient made from a number on the wire).
+ * MPIRPC_OOM_ONLY=<part of a case's name> runs only those cases;
+ * MPIRPC_OOM_WHERE=1 prints the stack of each run's first failed
+ * allocation, MPIRPC_OOM_LEAKS=1 where a leaking run's blocks were made.
  *
  * Interposing the allocator conflicts with AddressSanitizer's own: in
  * sanitizer builds (MPIRPC_SANITIZE) the test is compiled without it and
