@@ -1,11 +1,15 @@
 /* test_rt_conv_kernels.c — the CPU convolution and pooling kernels
  * (runtime/kernels/cpu_conv_impl.h) against plain reference loops written
  * here, element by element and bit for bit:
+ * - im2col, whose stride-1 "same"-width convolutions copy whole blocks of
+ *   rows, equals a reference loop for every kernel, stride and padding
+ *   combination of a few small images;
  * - col2im, whose stride-1 rows add a run of columns without a test per
  *   element, equals the reference adjoint of im2col for strides 1 and 2,
  *   paddings 0-2 and kernels 1-5 (f32 and f64), and <im2col(x), c> equals
  *   <x, col2im(c)>;
- * - max_pool2d's forward, whose 2x2 windows inside the plane are unrolled,
+ * - max_pool2d's forward, whose 2x2 windows inside the plane are unrolled
+ *   (and, 2x2 stride 2 on a plane without NaN, vectorized row by row),
  *   equals the reference (values and argmax: the first maximum wins, a NaN
  *   wins and stops its window) on inputs with ties and NaNs, for 2x2 and
  *   3x3 windows, strides 1 and 2, paddings 0 and 1;
@@ -51,6 +55,58 @@ static double next_value(uint32_t *state) {
     }
 DEFINE_COL2IM_REF(f64, double)
 DEFINE_COL2IM_REF(f32, float)
+
+/* The reference im2col: every column element, zero where the window hangs
+ * over the padding. */
+static void im2col_ref_f32(const float *x, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh,
+                           int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow, float *col) {
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t ki = 0; ki < kh; ki++)
+            for (int64_t kj = 0; kj < kw; kj++)
+                for (int64_t oy = 0; oy < oh; oy++)
+                    for (int64_t ox = 0; ox < ow; ox++) {
+                        int64_t iy = oy * sh - ph + ki, ix = ox * sw - pw + kj;
+                        col[(((c * kh + ki) * kw + kj) * oh + oy) * ow + ox] =
+                            iy >= 0 && iy < H && ix >= 0 && ix < W ? x[(c * H + iy) * W + ix] : 0.0f;
+                    }
+}
+
+/* im2col, whose stride-1 "same"-width convolutions copy each (c, ki, kj)
+ * block of rows at once, equals the reference bit for bit (and writes every
+ * element: the buffer starts as NaNs), for kernels 1-5 of either side,
+ * strides 1-2, paddings 0-3 on either side, and narrow images where a shift
+ * reaches across the whole row. */
+static void test_im2col_matches_reference(void **state) {
+    (void)state;
+    uint32_t seed = 5;
+    int configs = 0, same_rows = 0;
+    const int64_t sizes[][3] = {{2, 5, 7}, {3, 4, 3}, {1, 2, 2}, {2, 1, 5}};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        const int64_t C = sizes[z][0], H = sizes[z][1], W = sizes[z][2];
+        for (int64_t kh = 1; kh <= 5; kh += 2)
+            for (int64_t kw = 1; kw <= 5; kw += 2)
+                for (int64_t s = 1; s <= 2; s++)
+                    for (int64_t ph = 0; ph <= 3; ph++)
+                        for (int64_t pw = 0; pw <= 3; pw++) {
+                            int64_t oh = (H + 2 * ph - kh) / s + 1, ow = (W + 2 * pw - kw) / s + 1;
+                            if (H + 2 * ph < kh || W + 2 * pw < kw) continue;
+                            size_t ncol = (size_t)(C * kh * kw * oh * ow), nx = (size_t)(C * H * W);
+                            float *x = malloc(sizeof *x * nx), *got = malloc(sizeof *got * ncol),
+                                  *want = malloc(sizeof *want * ncol);
+                            assert_true(x && got && want);
+                            for (size_t i = 0; i < nx; i++) x[i] = (float)next_value(&seed);
+                            for (size_t i = 0; i < ncol; i++) got[i] = NAN;
+                            mpri_im2col_f32(x, C, H, W, kh, kw, s, s, ph, pw, oh, ow, got);
+                            im2col_ref_f32(x, C, H, W, kh, kw, s, s, ph, pw, oh, ow, want);
+                            assert_memory_equal(got, want, sizeof *got * ncol);
+                            free(x), free(got), free(want);
+                            configs++;
+                            same_rows += s == 1 && ow == W;
+                        }
+    }
+    assert_true(configs >= 300);
+    assert_true(same_rows >= 40);
+}
 
 static void test_col2im_matches_reference(void **state) {
     (void)state;
@@ -123,7 +179,9 @@ static void max_pool_ref(const float *x, int64_t NC, int64_t H, int64_t W, int64
 
 static void test_max_pool_matches_reference(void **state) {
     (void)state;
-    const int64_t NC = 3, H = 6, W = 7;
+    /* planes 0-2 hold NaNs, plane 3 none (2x2 stride-2 windows of a NaN-free
+     * plane take the vectorized rows) */
+    const int64_t NC = 4, H = 6, W = 7;
     const size_t nx = (size_t)(NC * H * W);
     float *x = malloc(sizeof *x * nx);
     assert_non_null(x);
@@ -151,6 +209,22 @@ static void test_max_pool_matches_reference(void **state) {
                 configs++;
             }
     assert_int_equal(configs, 8);
+    /* Planes of the usual pooling without a NaN, wide enough for several
+     * vector lanes and more than one 64-window chunk: ties and +-0. */
+    const int64_t NP = 5, PH = 4, PW = 2 * 70 + 1, POH = 2, POW = 70;
+    float *px = malloc(sizeof *px * (size_t)(NP * PH * PW));
+    float *py = malloc(sizeof *py * (size_t)(NP * POH * POW)), *pyr = malloc(sizeof *pyr * (size_t)(NP * POH * POW));
+    int64_t *pa = malloc(sizeof *pa * (size_t)(NP * POH * POW)), *par = malloc(sizeof *par * (size_t)(NP * POH * POW));
+    assert_true(px && py && pyr && pa && par);
+    for (int64_t i = 0; i < NP * PH * PW; i++) {
+        px[i] = (float)next_value(&seed);
+        if (px[i] == 0.0f && (i & 1)) px[i] = -0.0f;
+    }
+    mpri_max_pool2d_fwd_f32(px, NP, PH, PW, 2, 2, 2, 2, 0, 0, POH, POW, py, pa);
+    max_pool_ref(px, NP, PH, PW, 2, 2, 0, POH, POW, pyr, par);
+    assert_memory_equal(py, pyr, sizeof *py * (size_t)(NP * POH * POW));
+    assert_memory_equal(pa, par, sizeof *pa * (size_t)(NP * POH * POW));
+    free(px), free(py), free(pyr), free(pa), free(par);
     free(x);
 }
 
@@ -184,6 +258,7 @@ static void test_broadcast_copy(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_col2im_matches_reference),
+        cmocka_unit_test(test_im2col_matches_reference),
         cmocka_unit_test(test_max_pool_matches_reference),
         cmocka_unit_test(test_broadcast_copy),
     };
