@@ -5,7 +5,9 @@
  * Invariants: no allocation; inner loops are specialized by op and dtype via
  * macros (the switch runs once per call or per row, never per element);
  * binary kernels take the fast contiguous path when every inner stride is 1
- * and a scalar-broadcast path when one operand's inner stride is 0. */
+ * and a scalar-broadcast path when one operand's inner stride is 0; the
+ * unary loops (but tanh's) and the binary rows come in an AVX2 clone and a
+ * baseline one (cpu_clones.h: the same bits either way). */
 
 /* Vectorize the inner loops at the default -O2 (whose "very cheap" cost model
  * skips loops with an unknown trip count). */
@@ -14,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_clones.h"
 #include "cpu_simd_math.h"
 #include "mpri_kernels.h"
 
@@ -79,7 +82,6 @@ static const double kInvSqrt2Pi = 0.39894228040143267794;
         case MPRI_UN_SQRT: UNARY_LOOP(T, SQRTF(v)) break;                      \
         case MPRI_UN_ABS: UNARY_LOOP(T, FABSF(v)) break;                       \
         case MPRI_UN_RELU: UNARY_LOOP(T, v > 0 ? v : (v != v ? v : 0)) break;  \
-        case MPRI_UN_TANH: UNARY_LOOP(T, TANHF(v)) break;                      \
         case MPRI_UN_SIGMOID: UNARY_LOOP(T, 1 / (1 + EXPF(-v))) break;         \
         case MPRI_UN_GELU:                                                     \
             UNARY_LOOP(T, v * (T)0.5 * (1 + ERFF(v * (T)kSqrt1_2))) break;     \
@@ -96,12 +98,34 @@ static const double kInvSqrt2Pi = 0.39894228040143267794;
         }                                                                      \
     }
 
-void mpri_k_unary(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *xin,
-                  double p0, double p1) {
+/* tanh stays out of the AVX2 clone: its f32 loop calls libmvec's vector
+ * tanhf (cpu_simd_math.h), whose AVX2 variant rounds differently from the
+ * SSE one every build uses. */
+static void unary_tanh(mpr_dtype_t dt, int64_t n, void *out, const void *xin) {
+    if (dt == MPR_F32) {
+        float *o = out;
+        const float *x = xin;
+        UNARY_LOOP(float, tanhf(v))
+    } else {
+        double *o = out;
+        const double *x = xin;
+        UNARY_LOOP(double, tanh(v))
+    }
+}
+
+MPRI_CPU_CLONES static void unary_cloned(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *xin,
+                                         double p0, double p1) {
     if (dt == MPR_F32)
         UNARY_BODY(float, expf, logf, sqrtf, fabsf, tanhf, erff, powf)
     else
         UNARY_BODY(double, exp, log, sqrt, fabs, tanh, erf, pow)
+}
+
+void mpri_k_unary(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const void *xin, double p0, double p1) {
+    if (op == MPRI_UN_TANH)
+        unary_tanh(dt, n, out, xin);
+    else
+        unary_cloned(op, dt, n, out, xin, p0, p1);
 }
 
 #define UNARY_BW_LOOP(T, EXPR)                                                 \
@@ -143,8 +167,9 @@ void mpri_k_unary(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *out, const vo
         }                                                                      \
     }
 
-void mpri_k_unary_backward(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin, const void *gout,
-                           const void *xin, const void *yin, double p0, double p1) {
+MPRI_CPU_CLONES void mpri_k_unary_backward(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin,
+                                           const void *gout, const void *xin, const void *yin, double p0,
+                                           double p1) {
     if (dt == MPR_F32)
         UNARY_BW_BODY(float, expf, erff, powf)
     else
@@ -154,7 +179,7 @@ void mpri_k_unary_backward(mpri_unop_t op, mpr_dtype_t dt, int64_t n, void *gin,
 /* --------------------------------------------------------------- binary */
 
 #define BIN_ROW(T, NAME, EXPR)                                                 \
-    static void NAME(T *o, int64_t so, const T *a, int64_t sa, const T *b, int64_t sb, int64_t n, \
+    MPRI_CPU_CLONES static void NAME(T *o, int64_t so, const T *a, int64_t sa, const T *b, int64_t sb, int64_t n, \
                      T alpha) {                                                \
         (void)alpha;                                                           \
         if (so == 1 && sa == 1 && sb == 1) {                                   \

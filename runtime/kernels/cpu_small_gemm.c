@@ -36,14 +36,11 @@
 #define ROW_BLOCK 4      /* rows of C kept in registers at once ... */
 #define WIDE_ROW_BLOCK 8 /* ... when a row is one vector (8 accumulators, 16 registers in all) */
 
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__GLIBC__) && !defined(MPRI_SMALL_GEMM_BASELINE_ONLY)
 /* One clone with 256-bit registers, one for any x86-64; both round alike
  * (test_rt_small_gemm_baseline builds the file without the AVX2 clone and
  * compares the two). */
-#define SMALL_GEMM_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SMALL_GEMM_CLONES
-#endif
+#include "cpu_clones.h"
+#define SMALL_GEMM_CLONES MPRI_CPU_CLONES
 
 bool mpri_k_gemm_small_fits(mpr_dtype_t dt, int64_t M, int64_t N, int64_t K) {
     int64_t max_cols = MAX_VECTORS * 32 / (dt == MPR_F32 ? 4 : 8);
