@@ -81,6 +81,11 @@ void mpri_k_fill(mpr_dtype_t dt, int ndim, const int64_t *shape, void *dst, cons
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) numel *= shape[d];
     if (numel == 0) return;
+    if (dt == MPR_F32 && mpri_flat_layout(ndim, shape, sd)) {
+        float v = (float)value, *fp = dst;
+        for (int64_t i = 0; i < numel; i++) fp[i] = v;
+        return;
+    }
     const int64_t *strides[1] = {sd};
     mpri_iter_t it;
     mpri_iter_init(&it, ndim, shape, 1, strides);

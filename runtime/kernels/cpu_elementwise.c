@@ -225,6 +225,25 @@ void mpri_k_binary(mpri_binop_t op, mpr_dtype_t dt, int ndim, const int64_t *sha
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) numel *= shape[d];
     if (numel == 0) return;
+    if (mpri_flat_layout(ndim, shape, so) && mpri_flat_layout(ndim, shape, sa) && mpri_flat_layout(ndim, shape, sb)) {
+        if (dt == MPR_F32) {
+            float al = (float)alpha;
+            switch (op) {
+            case MPRI_BIN_ADD: add_f32(o, 1, a, 1, b, 1, numel, al); break;
+            case MPRI_BIN_SUB: sub_f32(o, 1, a, 1, b, 1, numel, al); break;
+            case MPRI_BIN_MUL: mul_f32(o, 1, a, 1, b, 1, numel, al); break;
+            case MPRI_BIN_DIV: div_f32(o, 1, a, 1, b, 1, numel, al); break;
+            }
+        } else {
+            switch (op) {
+            case MPRI_BIN_ADD: add_f64(o, 1, a, 1, b, 1, numel, alpha); break;
+            case MPRI_BIN_SUB: sub_f64(o, 1, a, 1, b, 1, numel, alpha); break;
+            case MPRI_BIN_MUL: mul_f64(o, 1, a, 1, b, 1, numel, alpha); break;
+            case MPRI_BIN_DIV: div_f64(o, 1, a, 1, b, 1, numel, alpha); break;
+            }
+        }
+        return;
+    }
     const int64_t *strides[3] = {so, sa, sb};
     mpri_iter_t it;
     mpri_iter_init(&it, ndim, shape, 3, strides);

@@ -61,6 +61,14 @@ void mpri_k_sum_into(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, 
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) numel *= shape[d];
     if (numel == 0) return;
+    if (mpri_flat_layout(ndim, shape, si) && mpri_single_layout(ndim, shape, so)) {
+        /* everything into one element: what the iterator does with one merged row */
+        if (dt == MPR_F32)
+            *(float *)out += (float)sum_row_float(in, numel);
+        else
+            *(double *)out += sum_row_double(in, numel);
+        return;
+    }
     const int64_t *strides[2] = {so, si};
     mpri_iter_t it;
     mpri_iter_init(&it, ndim, shape, 2, strides);

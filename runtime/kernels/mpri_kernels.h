@@ -27,6 +27,25 @@ typedef struct mpri_iter {
 /* strides[k]: strides (elements) of operand k over `shape`; 0 = broadcast. */
 void mpri_iter_init(mpri_iter_t *it, int ndim, const int64_t *shape, int nops,
                     const int64_t *const *strides);
+/* True when strides `st` lay `shape` out row-major with no gaps (dims of
+ * size 1 may have any stride): a kernel then runs one flat loop over the
+ * elements instead of the iterator (whose set-up costs more than the loop
+ * for a tensor of a few dozen elements). */
+static inline bool mpri_flat_layout(int ndim, const int64_t *shape, const int64_t *st) {
+    int64_t expect = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1 && st[d] != expect) return false;
+        expect *= shape[d];
+    }
+    return true;
+}
+/* True when strides `st` are 0 on every dim of `shape` longer than 1 (one
+ * element broadcast over it all: a full reduction's output). */
+static inline bool mpri_single_layout(int ndim, const int64_t *shape, const int64_t *st) {
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] != 1 && st[d] != 0) return false;
+    return true;
+}
 /* Advance the outer index (all dims but the last) and the offsets. */
 static inline void mpri_iter_next(const mpri_iter_t *it, int64_t *idx, int64_t *off) {
     for (int d = it->ndim - 2; d >= 0; d--) {
