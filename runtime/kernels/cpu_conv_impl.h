@@ -155,7 +155,8 @@ void KN(mpri_max_pool2d_fwd)(const KT *x, int64_t NC, int64_t H, int64_t W, int6
                              int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                              int64_t oh, int64_t ow, KT *y, int64_t *arg) {
     /* The usual pooling, 2x2 windows side by side inside the plane: row by
-     * row, a row with a NaN in its windows going to the loop below. */
+     * row in vectorized selects when the plane's windows hold no NaN; a
+     * plane with one goes to the loop below. */
     const bool tiled = kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * oh <= H && 2 * ow <= W &&
                        W < INT32_MAX;
     for (int64_t p = 0; p < NC; p++) {
