@@ -17,8 +17,9 @@
  * micro-batch index (in order, under `lock`) until M are taken; a lane's
  * micro-batch i:
  *   BEGIN     mpr_dist_context_begin -> ctx_i (the lane's current context)
- *   FORWARD   x_i through stage 1 .. S (each a sync forward on the stage's
- *             RRef, the lane waiting: no core), out_i on the driver
+ *   FORWARD   x_i through stage 1 .. S, stage to stage (the chain call of
+ *             GPipe's micro-batches, pipeline_chain_async; the lane waits
+ *             for its future: no core), out_i on the driver
  *   BACKWARD  loss_i = cross_entropy(out_i, y_i) * m / B;
  *             mpr_dist_backward(ctx_i, loss_i) (every stage's part done
  *             when it returns)
@@ -85,14 +86,19 @@ static mpr_err_t micro_batch(lanes_t *L, int i, double *li) {
     mpr_scope_begin();
     mpr_tensor_t *h = mpr_narrow(L->x, 0, (int64_t)i * L->m, L->m), *yi = mpr_narrow(L->y, 0, (int64_t)i * L->m, L->m);
     if (!h || !yi) e = mpr_last_error_code();
-    for (int k = 0; !e && k < L->p->nstages; k++) {
-        mpr_tensor_t *next = NULL;
-        if ((e = mpr_remote_module_forward(L->p->stages[k], h, &next))) {
+    if (!e) { /* stage to stage, as GPipe's micro-batches go; the lane waits (no core) */
+        mpr_future_t *f = pipeline_chain_async(L->p, h);
+        mpr_value_t *v = NULL;
+        mpr_tensor_t *out = NULL;
+        if (!f || (e = mpr_future_get(f, MPR_WAIT_FOREVER, &v)) || (e = mpr_value_get_tensor(v, &out))) {
+            if (!e) e = mpr_last_error_code();
             char msg[MPR_ERROR_TEXT_MAX];
             snprintf(msg, sizeof msg, "%s", mpr_last_error());
-            mpr_error_set(e, "pipeline: stage %d: %s", k + 1, msg);
+            mpr_error_set(e, "pipeline: micro-batch %d: %s", i, msg);
         }
-        h = mpr_scope_adopt(next); /* the scope frees it (and the previous h) */
+        h = out ? mpr_scope_adopt(mpr_tensor_retain(out)) : NULL; /* the scope frees it (and x_i) */
+        mpr_value_release(v);
+        mpr_future_release(f);
     }
     mpr_tensor_t *l = e ? NULL : mpr_mul_scalar(mpr_cross_entropy(h, yi), (double)L->m / (double)L->B);
     if (!e && !l) e = mpr_last_error_code();

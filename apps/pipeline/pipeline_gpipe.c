@@ -121,6 +121,13 @@ void pipeline_destroy(pipeline_t *p) {
 
 /* ------------------------------------------------------- GPipe forward */
 
+mpr_future_t *pipeline_chain_async(pipeline_t *p, mpr_tensor_t *xi) {
+    char last[32];
+    pipeline_stage_worker(p->nstages - 1, last, sizeof last);
+    return mpr_call_async(mpr_to_name(last), PIPELINE_CHAIN_FN, MPR_TIMEOUT_DEFAULT, "tll", xi,
+                          (int64_t)p->nstages - 1, (int64_t)p->nstages);
+}
+
 mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t **out) {
     *out = NULL;
     int64_t rows = mpr_tensor_shape(x)[0];
@@ -131,15 +138,11 @@ mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t *
     mpr_future_t **fwd = calloc((size_t)M, sizeof *fwd);
     mpr_tensor_t **outs = calloc((size_t)M, sizeof *outs);
     mpr_err_t e = !fwd || !outs ? mpr_error_set(MPR_ERR_NOMEM, "pipeline: out of memory") : MPR_OK;
-    char last[32];
-    pipeline_stage_worker(p->nstages - 1, last, sizeof last);
     int started = 0;
     for (int i = 0; !e && i < M; i++) {
         mpr_scope_begin();
         mpr_tensor_t *xi = mpr_narrow(x, 0, (int64_t)i * m, m);
-        fwd[i] = xi ? mpr_call_async(mpr_to_name(last), PIPELINE_CHAIN_FN, MPR_TIMEOUT_DEFAULT, "tll", xi,
-                                     (int64_t)p->nstages - 1, (int64_t)p->nstages)
-                    : NULL;
+        fwd[i] = xi ? pipeline_chain_async(p, xi) : NULL;
         mpr_scope_end();
         if (fwd[i])
             started++;

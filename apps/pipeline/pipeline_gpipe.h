@@ -60,6 +60,11 @@ void pipeline_destroy(pipeline_t *p);
 /* out = model(x) through the stages, as M micro-batches (the rows of x
  * must be a multiple of M). *out is the caller's. */
 mpr_err_t pipeline_forward(pipeline_t *p, mpr_tensor_t *x, int M, mpr_tensor_t **out);
+/* One micro-batch `xi` (borrowed) through every stage, stage to stage (the
+ * last stage's PIPELINE_CHAIN_FN call): the future of the last stage's
+ * output (the caller's, to release), or NULL with the error set. Recorded
+ * in the calling thread's current dist autograd context. */
+mpr_future_t *pipeline_chain_async(pipeline_t *p, mpr_tensor_t *xi);
 
 /* In dist autograd context `ctx` (made current here for the call): the
  * GPipe forward of x, loss = cross_entropy(outputs, y) (mean over the
