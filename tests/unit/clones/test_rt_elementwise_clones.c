@@ -66,7 +66,7 @@ static void test_unary_clones_agree(void **state) {
                 mpr_dtype_t dt = f64 ? MPR_F64 : MPR_F32;
                 size_t sz = f64 ? sizeof(double) : sizeof(float);
                 const void *in = f64 ? (const void *)x : (const void *)xf, *go = f64 ? (const void *)g : (const void *)gf;
-                char a[N * sizeof(double)], b[N * sizeof(double)];
+                double a[N], b[N]; /* room for N of either type, aligned for both */
                 mpri_k_unary((mpri_unop_t)op, dt, N, a, in, params[p][0], params[p][1]);
                 lib_unary((mpri_unop_t)op, dt, N, b, in, params[p][0], params[p][1]);
                 assert_memory_equal(a, b, N * sz);
@@ -99,7 +99,7 @@ static void test_binary_clones_agree(void **state) {
                 mpr_dtype_t dt = f64 ? MPR_F64 : MPR_F32;
                 size_t sz = f64 ? sizeof(double) : sizeof(float);
                 const void *a = f64 ? (const void *)x : (const void *)xf, *b = f64 ? (const void *)z : (const void *)zf;
-                char o1[N * sizeof(double)], o2[N * sizeof(double)];
+                double o1[N], o2[N];
                 mpri_k_binary((mpri_binop_t)op, dt, 2, shape, o1, cases[c][0], a, cases[c][1], b, cases[c][2], 0.75);
                 lib_binary((mpri_binop_t)op, dt, 2, shape, o2, cases[c][0], a, cases[c][1], b, cases[c][2], 0.75);
                 assert_memory_equal(o1, o2, (size_t)(shape[0] * shape[1]) * sz);
