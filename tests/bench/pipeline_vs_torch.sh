@@ -31,13 +31,14 @@
 #   ../shared/anchors next to the repository root, or, in a git worktree that has none there, next
 #   to the main checkout (git rev-parse --git-common-dir).
 #   --steps N: mini-batches per run (default 30); --quick: only S = 1, 2 and M = 1, 8.
-#   --repeat R (default 1): R rounds for each M, each round running every S (PyTorch, then ours),
+#   --repeat R (default 3): R rounds for each M, each round running every S (PyTorch, then ours),
 #   so the runs of S = 1 and S = 2 and of both programs alternate; each line then gives the
 #   medians over the rounds (ms_per_batch, PyTorch's, every stage's stage_ms, from which speedup,
 #   ideal and efficiency follow as above) and the rounds themselves: "repeat", "ms_runs",
 #   "torch_ms_runs", "efficiency_runs" (round r's S = 1 time over its S time, over its ideal).
 #   On a shared machine whose speed drifts by tens of percent between minutes, one run of each
-#   compares two different moments; the medians of alternated rounds do not.
+#   compares two different moments; the medians of alternated rounds do not (hence 3 by default:
+#   the whole table then takes ~13 minutes on 2 cores; --repeat 1 for a quick look).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -50,7 +51,7 @@ else
         anchors=$(cd "$(dirname "$common")/.." && pwd)/shared/anchors # the main checkout's neighbour
     fi
 fi
-steps=30 repeat=1 quick=0 stage_list=(1 2 3 4) ms_list=(1 2 4 8 16) sched_list=(gpipe 1f1b)
+steps=30 repeat=3 quick=0 stage_list=(1 2 3 4) ms_list=(1 2 4 8 16) sched_list=(gpipe 1f1b)
 usage() { echo "usage: BUILD_DIR=... ANCHORS_DIR=... $0 [--steps N] [--repeat R] [--quick] [--stages \"S ...\"] [--micro-batches \"M ...\"] [--schedules \"gpipe 1f1b\"]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
