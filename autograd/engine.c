@@ -59,6 +59,15 @@ typedef struct entry {
 
 typedef enum { TASK_OPEN, TASK_RUNNING, TASK_FAILED } task_phase_t;
 
+/* A small backward (a dist piece of a few nodes, most local ones) keeps its
+ * arrays inside the task: no allocation but the task's own. Larger graphs
+ * move them to small blocks (mpri_small_alloc.h) as they grow; an array is
+ * freed only when it is not the inline one (owned_elsewhere). */
+#define INLINE_ENTRIES 8
+#define INLINE_SLOTS 16 /* power of two, 2 x INLINE_ENTRIES: the load stays at most 1/2 */
+#define INLINE_READY 8
+#define INLINE_BUFS 16  /* output slots of the inline entries, handed out in order */
+
 struct mpri_graph_task {
     mpri_engine_opts_t opts;
     task_phase_t phase;
@@ -68,7 +77,20 @@ struct mpri_graph_task {
     int nslots;           /* power of two */
     int *ready;
     int nready, capready;
+    int nbufs_inline;     /* of bufs_inline handed out */
+    entry_t entries_inline[INLINE_ENTRIES];
+    int slots_inline[INLINE_SLOTS];
+    int ready_inline[INLINE_READY];
+    mpr_tensor_t *bufs_inline[INLINE_BUFS];
 };
+
+_Static_assert(sizeof(struct mpri_graph_task) <= MPRI_SMALL_MAX, "a graph task stays one cached small block");
+
+/* An array of the task that lives in the task itself (not to be freed). */
+static bool inline_array(const mpri_graph_task_t *t, const void *p) {
+    const char *c = p, *lo = (const char *)t, *hi = (const char *)(t + 1);
+    return c >= lo && c < hi;
+}
 
 static uint64_t hash_ptr(const void *p) {
     uint64_t x = (uint64_t)(uintptr_t)p;
@@ -88,22 +110,22 @@ static int lookup(const mpri_graph_task_t *t, const mpri_node_t *node) {
     }
 }
 
-/* A task's arrays and buffers are small blocks (mpri_small_alloc.h): a
- * backward of a few nodes makes and frees ~8 of them. Grow an array of
- * `old_cap` elements of `size` bytes, `used` of them in use, to `new_cap`;
- * NULL: out of memory (`old` unchanged). */
-static void *grow(void *old, int old_cap, int used, int new_cap, size_t size) {
+/* Beyond the inline arrays, a task's arrays and buffers are small blocks
+ * (mpri_small_alloc.h). Grow an array of `old_cap` elements of `size` bytes,
+ * `used` of them in use, to `new_cap`; NULL: out of memory (`old`
+ * unchanged). An inline `old` is copied, not freed. */
+static void *grow(const mpri_graph_task_t *t, void *old, int old_cap, int used, int new_cap, size_t size) {
     void *p = mpri_small_alloc((size_t)new_cap * size);
     if (!p) return NULL;
     if (old) {
         memcpy(p, old, (size_t)used * size);
-        mpri_small_free(old, (size_t)old_cap * size);
+        if (!inline_array(t, old)) mpri_small_free(old, (size_t)old_cap * size);
     }
     return p;
 }
 
 static mpr_err_t rehash(mpri_graph_task_t *t, int nslots) {
-    int *s = mpri_small_alloc((size_t)nslots * sizeof *s);
+    int *s = nslots == INLINE_SLOTS && !t->slots ? t->slots_inline : mpri_small_alloc((size_t)nslots * sizeof *s);
     if (!s) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
     for (int i = 0; i < nslots; i++) s[i] = -1;
     uint64_t mask = (uint64_t)nslots - 1;
@@ -112,7 +134,7 @@ static mpr_err_t rehash(mpri_graph_task_t *t, int nslots) {
         while (s[h] >= 0) h = (h + 1) & mask;
         s[h] = i;
     }
-    mpri_small_free(t->slots, (size_t)t->nslots * sizeof *t->slots);
+    if (t->slots && !inline_array(t, t->slots)) mpri_small_free(t->slots, (size_t)t->nslots * sizeof *t->slots);
     t->slots = s;
     t->nslots = nslots;
     return MPR_OK;
@@ -120,10 +142,10 @@ static mpr_err_t rehash(mpri_graph_task_t *t, int nslots) {
 
 /* Insert `node` (not present); returns its index or -1. */
 static int insert(mpri_graph_task_t *t, mpri_node_t *node) {
-    if ((t->n + 1) * 2 > t->nslots && rehash(t, t->nslots ? t->nslots * 2 : 64) != MPR_OK) return -1;
+    if ((t->n + 1) * 2 > t->nslots && rehash(t, t->nslots ? t->nslots * 2 : INLINE_SLOTS) != MPR_OK) return -1;
     if (t->n == t->cap) {
-        int ncap = t->cap ? t->cap * 2 : 32;
-        entry_t *ne = grow(t->entries, t->cap, t->n, ncap, sizeof *ne);
+        int ncap = t->cap ? t->cap * 2 : INLINE_ENTRIES;
+        entry_t *ne = t->cap ? grow(t, t->entries, t->cap, t->n, ncap, sizeof *ne) : t->entries_inline;
         if (!ne) {
             mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
             return -1;
@@ -131,7 +153,13 @@ static int insert(mpri_graph_task_t *t, mpri_node_t *node) {
         t->entries = ne;
         t->cap = ncap;
     }
-    mpr_tensor_t **buf = mpri_small_calloc((size_t)node->n_outputs * sizeof *buf);
+    mpr_tensor_t **buf;
+    if (t->nbufs_inline + node->n_outputs <= INLINE_BUFS) { /* zeroed with the task, never reused */
+        buf = t->bufs_inline + t->nbufs_inline;
+        t->nbufs_inline += node->n_outputs;
+    } else {
+        buf = mpri_small_calloc((size_t)node->n_outputs * sizeof *buf);
+    }
     if (!buf) {
         mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
         return -1;
@@ -194,12 +222,12 @@ void mpri_graph_task_destroy(mpri_graph_task_t *t) {
     for (int i = 0; i < t->n; i++) {
         entry_t *e = &t->entries[i];
         for (int k = 0; k < e->node->n_outputs; k++) mpr_tensor_release(e->buf[k]);
-        mpri_small_free(e->buf, (size_t)e->node->n_outputs * sizeof *e->buf);
+        if (!inline_array(t, e->buf)) mpri_small_free(e->buf, (size_t)e->node->n_outputs * sizeof *e->buf);
         mpri_node_release(e->node);
     }
-    mpri_small_free(t->entries, (size_t)t->cap * sizeof *t->entries);
-    mpri_small_free(t->slots, (size_t)t->nslots * sizeof *t->slots);
-    mpri_small_free(t->ready, (size_t)t->capready * sizeof *t->ready);
+    if (t->entries && !inline_array(t, t->entries)) mpri_small_free(t->entries, (size_t)t->cap * sizeof *t->entries);
+    if (t->slots && !inline_array(t, t->slots)) mpri_small_free(t->slots, (size_t)t->nslots * sizeof *t->slots);
+    if (t->ready && !inline_array(t, t->ready)) mpri_small_free(t->ready, (size_t)t->capready * sizeof *t->ready);
     mpri_small_free(t, sizeof *t);
 }
 
@@ -383,8 +411,8 @@ static mpr_err_t accumulate_leaf_locked(mpr_tensor_t *leaf, mpr_tensor_t *g) {
 
 static mpr_err_t push_ready(mpri_graph_task_t *t, int i) {
     if (t->nready == t->capready) {
-        int ncap = t->capready ? t->capready * 2 : 64;
-        int *nr = grow(t->ready, t->capready, t->nready, ncap, sizeof *nr);
+        int ncap = t->capready ? t->capready * 2 : INLINE_READY;
+        int *nr = t->capready ? grow(t, t->ready, t->capready, t->nready, ncap, sizeof *nr) : t->ready_inline;
         if (!nr) return mpr_error_set(MPR_ERR_NOMEM, "backward: out of memory");
         t->ready = nr;
         t->capready = ncap;
