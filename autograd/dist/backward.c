@@ -106,6 +106,7 @@
 #include "mpri_future.h"
 #include "mpri_grad_wire.h"
 #include "mpri_pool.h"
+#include "mpri_small_alloc.h"
 #include "mpri_tensor.h"
 #include "mpri_trace.h"
 
@@ -142,6 +143,12 @@ typedef struct piece {
      * begun by a request is answered first, then its task is destroyed
      * (the requester does not wait for the node and buffer releases). */
     mpri_graph_task_t *task;
+    /* The gradients a run from a send function was fed and that send
+     * function (references), likewise released by piece_fini: after the
+     * reply, not before it. */
+    mpr_tensor_t *held_grads[8];
+    int n_held;
+    mpri_node_t *held_send;
 } piece_t;
 
 static _Thread_local piece_t *running_piece;
@@ -158,6 +165,8 @@ static mpr_err_t piece_init(piece_t *p, mpri_dist_ctx_t *ctx, uint64_t pass_id, 
 
 static void piece_fini(piece_t *p) {
     MPRI_ASSERT(p->done, "a piece is finished only after DONE");
+    for (int i = 0; i < p->n_held; i++) mpr_tensor_release(p->held_grads[i]);
+    mpri_node_release(p->held_send);
     mpri_graph_task_destroy(p->task);
     for (int i = 0; i < p->n_reqs; i++) mpr_future_release(p->reqs[i]);
     free(p->reqs);
@@ -376,11 +385,16 @@ static void piece_run_send(piece_t *p, uint64_t msg_id, mpri_grads_reader_t *rd,
         p->wire = NULL;
         p->n_wire = 0;
     }
-    for (int i = 0; gs && i < k; i++) mpr_tensor_release(gs[i]);
-    if (!small) {
-        free(edges);
-        free(gs);
+    if (small) { /* released by piece_fini, after the reply */
+        MPRI_ASSERT(p->n_held == 0 && !p->held_send, "a piece is run from one send function");
+        for (int i = 0; i < k; i++) p->held_grads[i] = gs[i];
+        p->n_held = k;
+        p->held_send = send;
+        return;
     }
+    for (int i = 0; gs && i < k; i++) mpr_tensor_release(gs[i]);
+    free(edges);
+    free(gs);
     mpri_node_release(send);
 }
 
@@ -499,7 +513,7 @@ static void run_backward_task(void *arg) {
         waiter_leave(t->ctx); /* runs the requests that came meanwhile, in order */
         mpri_dist_ctx_release(t->ctx);
     }
-    free(t);
+    mpri_small_free(t, sizeof *t);
 }
 
 static void drop_backward_task(void *arg) {
@@ -509,7 +523,7 @@ static void drop_backward_task(void *arg) {
         waiter_leave_or_drop(t->ctx, false);
         mpri_dist_ctx_release(t->ctx);
     }
-    free(t);
+    mpri_small_free(t, sizeof *t);
 }
 
 /* The handler of BACKWARD_AUTOGRAD_REQ, in the progress context (never
@@ -529,7 +543,7 @@ static void route_backward(mpri_msg_t *msg) {
     if (mpri_observing(MPRI_OBSERVE_TRACE)) mpri_trace_handoff(); /* the arrow goes to where the piece runs */
     mpri_dist_ctx_t *c = mpri_dist_ctx_find((int64_t)msg->hdr.autograd_context_id);
     bool handed = false;
-    backward_task_t *t = malloc(sizeof *t);
+    backward_task_t *t = mpri_small_alloc(sizeof *t);
     if (t) *t = (backward_task_t){.msg = msg, .ctx = NULL};
     if (c) {
         pthread_mutex_lock(&c->lock);
@@ -551,7 +565,7 @@ static void route_backward(mpri_msg_t *msg) {
         mpri_dist_ctx_release(c);
     }
     if (handed) {
-        free(t);
+        mpri_small_free(t, sizeof *t);
         mpri_event_signal();
         return;
     }
@@ -562,7 +576,7 @@ static void route_backward(mpri_msg_t *msg) {
             waiter_leave_or_drop(t->ctx, false);
             mpri_dist_ctx_release(t->ctx);
         }
-        free(t);
+        mpri_small_free(t, sizeof *t);
     }
 }
 

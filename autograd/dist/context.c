@@ -50,6 +50,7 @@
 #include "mpri_assert.h"
 #include "mpri_deferred.h"
 #include "mpri_dist.h"
+#include "mpri_small_alloc.h"
 #include "mpri_tensor.h"
 
 #define TABLE_BUCKETS 256
@@ -214,7 +215,7 @@ void mpri_dist_ctx_release(mpri_dist_ctx_t *c) {
     free_contents(c, c->sends, c->nsends, c->grads, c->ngrads);
     free_array(c->workers, c->inline_workers);
     pthread_mutex_destroy(&c->lock);
-    free(c);
+    mpri_small_free(c, sizeof *c);
 }
 
 mpri_dist_ctx_t *mpri_dist_ctx_find(int64_t id) {
@@ -242,7 +243,7 @@ mpr_err_t mpri_dist_ctx_add_worker_locked(mpri_dist_ctx_t *c, int rank) {
 }
 
 static mpri_dist_ctx_t *ctx_new(int64_t id) {
-    mpri_dist_ctx_t *c = calloc(1, sizeof *c);
+    mpri_dist_ctx_t *c = mpri_small_calloc(sizeof *c); /* one a step on a peer: the thread's cache, not malloc */
     if (!c) {
         mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory for a context");
         return NULL;

@@ -39,6 +39,7 @@
 #include "mpri_call.h"
 #include "mpri_dist.h"
 #include "mpri_future.h"
+#include "mpri_small_alloc.h"
 #include "mpri_tensor.h"
 
 /* ---- send and recv functions ---- */
@@ -155,10 +156,10 @@ static mpr_err_t on_request(const mpri_msg_t *msg, const mpr_value_t *args, void
     *state = NULL;
     int64_t id = (int64_t)msg->hdr.autograd_context_id;
     if (!id) return MPR_OK;
-    call_state_t *s = malloc(sizeof *s);
+    call_state_t *s = mpri_small_alloc(sizeof *s);
     if (!s) return mpr_error_set(MPR_ERR_NOMEM, "dist autograd: out of memory");
     if (!(s->ctx = mpri_dist_ctx_get_or_create(id, msg->src))) {
-        free(s);
+        mpri_small_free(s, sizeof *s);
         /* Ended already (its cleanup overtook this request): a plain call. */
         return mpr_last_error_code() == MPR_ERR_NOT_FOUND ? MPR_OK : mpr_last_error_code();
     }
@@ -168,7 +169,7 @@ static mpr_err_t on_request(const mpri_msg_t *msg, const mpr_value_t *args, void
                                         msg->src);
     if (e) {
         mpri_dist_ctx_release(s->ctx);
-        free(s);
+        mpri_small_free(s, sizeof *s);
         return e;
     }
     *state = s;
@@ -201,7 +202,7 @@ static void release(void *state) {
     call_state_t *s = state;
     if (!s) return;
     mpri_dist_ctx_release(s->ctx);
-    free(s);
+    mpri_small_free(s, sizeof *s);
 }
 
 /* The caller side: a reply with autograd ids. */
