@@ -29,6 +29,17 @@
 
 static _Atomic uint32_t generation;
 static atomic_int sleepers;
+static _Thread_local bool woke; /* a FUTEX_WAKE of this thread woke someone (mpri_event_take_woke) */
+
+static void wake_all(_Atomic uint32_t *word) {
+    if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) > 0) woke = true;
+}
+
+bool mpri_event_take_woke(void) {
+    bool w = woke;
+    woke = false;
+    return w;
+}
 
 int64_t mpri_now_ns(void) {
     struct timespec ts;
@@ -40,8 +51,7 @@ uint64_t mpri_event_generation(void) { return atomic_load(&generation); }
 
 void mpri_event_signal(void) {
     atomic_fetch_add(&generation, 1);
-    if (atomic_load(&sleepers) > 0)
-        syscall(SYS_futex, (uint32_t *)&generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    if (atomic_load(&sleepers) > 0) wake_all(&generation);
 }
 
 void mpri_event_wait(uint64_t seen, int64_t timeout_ns) {
@@ -70,8 +80,7 @@ uint64_t mpri_event_generation_key(const void *key) { return atomic_load(&shards
 
 static void signal_shard(unsigned i) {
     atomic_fetch_add(&shards[i].word, 1);
-    if (atomic_load(&shards[i].sleepers) > 0)
-        syscall(SYS_futex, (uint32_t *)&shards[i].word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    if (atomic_load(&shards[i].sleepers) > 0) wake_all(&shards[i].word);
 }
 
 void mpri_event_signal_key(const void *key) { signal_shard(shard_of(key)); }

@@ -589,8 +589,12 @@ static void *progress_main(void *unused) {
          * took 50-100 us, now 20-50 us, on 2 cores. Never while a worker
          * spins: it takes the task itself, and a yield then only costs
          * (c139c7a's unconditional yield made remote() + to_here() 25x
-         * slower). */
-        if (events > 0 && mpri_pool_queued() > 0 && mpri_pool_spinning() == 0) sched_yield();
+         * slower). Likewise when the poll woke a thread asleep in a long
+         * wait (over 2 ms; its future done): on a rank bound to one core it
+         * ran only when this thread's spin ended, 50-80 us later, twice in
+         * each 256x256 dist autograd step. */
+        bool woke = mpri_event_take_woke(); /* a thread asleep in a long wait, its future done */
+        if (events > 0 && (woke || (mpri_pool_queued() > 0 && mpri_pool_spinning() == 0))) sched_yield();
         if (events > 0 || atomic_load(&prog.busy) > 0) {
             idle_since = mpri_now_ns();
             sleep_ns = 10000;

@@ -4,7 +4,10 @@
  * -march), so without it the loops GCC vectorizes use 128-bit registers on
  * every machine.
  *
- * Invariant: a clone never changes a result's bits. The AVX2 target enables
+ * Invariant: a clone never changes a result's bits, but for the sign of a
+ * NaN an add makes or carries (IEEE 754 leaves it to the operand order, and
+ * GCC's vector code may order a sum's adds' operands otherwise: the sum
+ * reduction's clones differ there; NaN stays NaN). The AVX2 target enables
  * no fused multiply-add (that is "fma", not "avx2"), GCC reorders no
  * floating-point reduction without -ffast-math or -fassociative-math, and
  * math-library calls (expf, tanhf, ...) stay the same scalar calls; so

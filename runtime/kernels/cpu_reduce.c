@@ -5,7 +5,11 @@
  * Invariants: no allocation; the caller zeroes / prepares outputs; rows
  * reduced along their innermost dim accumulate in double so f32 sums of long
  * rows keep precision (a contiguous row in 8 interleaved partial sums, in a
- * fixed order: deterministic); max picks the first maximum (NaN propagates). */
+ * fixed order: deterministic); max picks the first maximum (NaN propagates).
+ * The sum-into has an AVX2 clone beside the baseline one (cpu_clones.h): the
+ * same partial sums in the same order, 4 doubles a register instead of 2,
+ * so the same bits (test_rt_reduce_clones), but for the sign of a NaN sum,
+ * which follows the add instruction's operand order. */
 
 /* Vectorize the inner loops at the default -O2 (whose "very cheap" cost model
  * skips loops with an unknown trip count). */
@@ -13,6 +17,7 @@
 
 #include <math.h>
 
+#include "cpu_clones.h"
 #include "mpri_kernels.h"
 
 /* A contiguous row's sum in double, in 8 interleaved partial sums: one
@@ -21,7 +26,7 @@
  * convolution (rows of H*W) a visible part of a CNN's backward. The order
  * is fixed, so results are deterministic. */
 #define DEFINE_SUM_ROW(T)                                                      \
-    static double sum_row_##T(const T *p, int64_t n) {                         \
+    MPRI_CPU_CLONES static double sum_row_##T(const T *p, int64_t n) {         \
         double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};                             \
         int64_t i = 0;                                                         \
         for (; i + 8 <= n; i += 8)                                             \
@@ -56,7 +61,7 @@ DEFINE_SUM_ROW(double)
         }                                                                      \
     }
 
-void mpri_k_sum_into(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, const int64_t *so,
+MPRI_CPU_CLONES void mpri_k_sum_into(mpr_dtype_t dt, int ndim, const int64_t *shape, void *out, const int64_t *so,
                      const void *in, const int64_t *si) {
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) numel *= shape[d];
