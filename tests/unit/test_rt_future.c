@@ -155,13 +155,16 @@ static void test_wait_timeout_and_wait_all(void **state) {
  * freezes a process for seconds. */
 static const int key_a = 0;
 static atomic_int signalled;
+static atomic_int signal_woke; /* the signaller's mpri_event_take_woke() right after its signal */
 static void *signal_key_later(void *all) {
     usleep(50000);
     atomic_store(&signalled, 1);
+    (void)mpri_event_take_woke(); /* this thread's flag starts clear */
     if (all)
         mpri_event_signal_all_keys();
     else
         mpri_event_signal_key(&key_a);
+    atomic_store(&signal_woke, mpri_event_take_woke());
     return NULL;
 }
 
@@ -172,6 +175,7 @@ static double seconds_now(void) {
 }
 
 static void test_keyed_events(void **state) {
+    int woke_seen = 0;
     for (int all = 0; all < 2; all++) {
         atomic_store(&signalled, 0);
         pthread_t th;
@@ -186,7 +190,15 @@ static void test_keyed_events(void **state) {
         assert_true(atomic_load(&signalled));
         assert_true(waited < 20.0); /* woken by the signal, not by the 30 s timeout */
         pthread_join(th, NULL);
+        woke_seen += atomic_load(&signal_woke);
     }
+    /* The signaller learnt that it woke a sleeper (this thread, asleep for
+     * 50 ms: in both rounds, unless it was descheduled before its futex
+     * wait), and a signal that wakes nobody leaves the flag clear. */
+    assert_true(woke_seen >= 1);
+    assert_false(mpri_event_take_woke()); /* this thread woke nobody */
+    mpri_event_signal_key(&key_a);         /* nobody asleep */
+    assert_false(mpri_event_take_woke());
     /* A signal after reading the generation: the wait returns at once. */
     uint64_t gen = mpri_event_generation_key(&key_a);
     mpri_event_signal_key(&key_a);
