@@ -62,7 +62,7 @@ typedef enum { TASK_OPEN, TASK_RUNNING, TASK_FAILED } task_phase_t;
 /* A small backward (a dist piece of a few nodes, most local ones) keeps its
  * arrays inside the task: no allocation but the task's own. Larger graphs
  * move them to small blocks (mpri_small_alloc.h) as they grow; an array is
- * freed only when it is not the inline one (owned_elsewhere). */
+ * freed only when it is not one of the task's own (inline_array). */
 #define INLINE_ENTRIES 8
 #define INLINE_SLOTS 16 /* power of two, 2 x INLINE_ENTRIES: the load stays at most 1/2 */
 #define INLINE_READY 8

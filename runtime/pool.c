@@ -120,9 +120,12 @@ static void idle_spin(void) {
     while (atomic_load_explicit(&pool.queued, memory_order_relaxed) == 0 &&
            mpri_now_ns() - idle_since < (poller ? POOL_POLL_NS : POOL_SPIN_NS) &&
            !atomic_load(&pool.stopping)) {
-        if (poller && hooks->poll() > 0) {
-            if (mpri_event_take_woke()) sched_yield(); /* a thread it woke may share this core (progress.c) */
-            continue;
+        if (poller) {
+            (void)mpri_event_take_woke(); /* what this thread's earlier tasks woke is not the poll's doing */
+            if (hooks->poll() > 0) {
+                if (mpri_event_take_woke()) sched_yield(); /* a thread it woke may share this core (progress.c) */
+                continue;
+            }
         }
         /* Keep the core for a short while (a reply usually brings the next
          * request within microseconds; a yield on a loaded machine can cost a

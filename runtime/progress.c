@@ -580,7 +580,9 @@ static void *progress_main(void *unused) {
         /* The thread is in the progress context throughout; poll() keeps it. */
         /* Messages half-received need MPI progress: stay hot. */
         set_phase(PHASE_POLLING);
+        (void)mpri_event_take_woke(); /* only what this poll wakes counts below */
         int events = mpri_progress_poll();
+        bool woke = mpri_event_take_woke(); /* a thread asleep in a long wait, its future done */
         mpri_deferred_run_overdue(DEFERRED_MAX_AGE_NS); /* no waiter ran them for a while */
         /* A request queued for a pool worker that was asleep (none spins):
          * give the woken worker this core now, or on a busy machine it
@@ -593,7 +595,6 @@ static void *progress_main(void *unused) {
          * wait (over 2 ms; its future done): on a rank bound to one core it
          * ran only when this thread's spin ended, 50-80 us later, twice in
          * each 256x256 dist autograd step. */
-        bool woke = mpri_event_take_woke(); /* a thread asleep in a long wait, its future done */
         if (events > 0 && (woke || (mpri_pool_queued() > 0 && mpri_pool_spinning() == 0))) sched_yield();
         if (events > 0 || atomic_load(&prog.busy) > 0) {
             idle_since = mpri_now_ns();
